@@ -1,0 +1,316 @@
+"""Pure-Python framing: build, verify and scan frames (twin of ``framing_c``).
+
+Written independently of the Cython module as the simplest correct code, so that the parity
+tests cross-check two implementations rather than one (style-anchors R4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import xxhash
+
+from qjm.errors import CorruptFrameError, TornTailError
+from qjm.protocol.frame import (
+    FORMAT_VERSION,
+    FRAME_FIELD_OFFSETS,
+    FRAME_HEADER,
+    FRAME_HEADER_CHECKED,
+    FRAME_HEADER_SIZE,
+    FRAME_MAGIC,
+    MAX_PAYLOAD,
+    MAX_RECORDS,
+    RECORD_PREFIX,
+    RECORD_PREFIX_SIZE,
+    SEGMENT_FIELD_OFFSETS,
+    SEGMENT_HEADER,
+    SEGMENT_HEADER_CHECKED,
+    SEGMENT_HEADER_SIZE,
+    SEGMENT_MAGIC,
+    FrameHeader,
+    SegmentHeader,
+)
+
+Buffer = bytes | bytearray | memoryview
+
+_xxh3 = xxhash.xxh3_64_intdigest
+
+
+def xxh3_64(data: Buffer) -> int:
+    """XXH3-64 with seed 0, the checksum of every header and payload."""
+    return _xxh3(data)
+
+
+def encode_frame(records: Sequence[Buffer], *, epoch: int, segment_txid: int, first_txid: int) -> bytes:
+    """Frame a batch of records; txids are implicit from ``first_txid``."""
+    if not records:
+        raise ValueError("a frame holds at least one record")
+    if len(records) > MAX_RECORDS:
+        raise ValueError(f"{len(records)} records exceed the limit of {MAX_RECORDS} per frame")
+    parts: list[bytes] = []
+    for r in records:
+        parts.append(RECORD_PREFIX.pack(len(r)))
+        parts.append(bytes(r))
+    payload = b"".join(parts)
+    if len(payload) > MAX_PAYLOAD:
+        raise ValueError(f"batch of {len(payload)} bytes exceeds the frame limit of {MAX_PAYLOAD}")
+    return _with_header(payload, len(records), epoch, segment_txid, first_txid)
+
+
+def _with_header(payload: bytes, count: int, epoch: int, segment_txid: int, first_txid: int) -> bytes:
+    head = FRAME_HEADER.pack(
+        FRAME_MAGIC, FORMAT_VERSION, 0, count, len(payload), epoch, segment_txid, first_txid, _xxh3(payload), 0, 0
+    )
+    checked = head[:FRAME_HEADER_CHECKED]
+    return checked + _xxh3(checked).to_bytes(8, "little") + payload
+
+
+class FrameBuilder:
+    """Accumulates records of the open batch; ``take`` frames them and starts a new batch."""
+
+    __slots__ = ("_parts", "_count", "_nbytes")
+
+    def __init__(self) -> None:
+        self._parts: list[bytes] = []
+        self._count = 0
+        self._nbytes = 0
+
+    @property
+    def count(self) -> int:
+        return self._count
+
+    @property
+    def nbytes(self) -> int:
+        """Payload bytes so far (record prefixes included)."""
+        return self._nbytes
+
+    def add(self, record: Buffer) -> None:
+        n = len(record)
+        if self._nbytes + RECORD_PREFIX_SIZE + n > MAX_PAYLOAD:
+            raise ValueError(f"record of {n} bytes does not fit in a frame (limit {MAX_PAYLOAD} bytes)")
+        self._parts.append(RECORD_PREFIX.pack(n))
+        self._parts.append(bytes(record))
+        self._count += 1
+        self._nbytes += RECORD_PREFIX_SIZE + n
+
+    def add_many(self, records: Iterable[Buffer]) -> int:
+        for r in records:
+            self.add(r)
+        return self._count
+
+    def take(self, *, epoch: int, segment_txid: int, first_txid: int) -> bytes:
+        if self._count == 0:
+            raise ValueError("no records to frame")
+        payload = b"".join(self._parts)
+        frame = _with_header(payload, self._count, epoch, segment_txid, first_txid)
+        self._parts = []
+        self._count = 0
+        self._nbytes = 0
+        return frame
+
+
+def decode_header(buf: Buffer, offset: int = 0) -> FrameHeader:
+    """Parse and check a frame header (magic, version, checksum, bounds); not the payload."""
+    mv = memoryview(buf)
+    if len(mv) - offset < FRAME_HEADER_SIZE:
+        raise TornTailError(
+            f"frame header at offset {offset} is cut short ({len(mv) - offset} of {FRAME_HEADER_SIZE} bytes)",
+            reason="short_header",
+            offset=offset,
+        )
+    (magic, version, flags, count, plen, epoch, seg, first, pxxh, reserved, hxxh) = FRAME_HEADER.unpack_from(
+        mv, offset
+    )
+    if magic != FRAME_MAGIC:
+        raise CorruptFrameError(f"bad frame magic {magic:#010x} at offset {offset}", reason="magic", offset=offset)
+    if _xxh3(mv[offset : offset + FRAME_HEADER_CHECKED]) != hxxh:
+        raise CorruptFrameError(f"frame header checksum mismatch at offset {offset}", reason="header_checksum", offset=offset)
+    if version != FORMAT_VERSION:
+        raise CorruptFrameError(f"unsupported frame version {version} at offset {offset}", reason="version", offset=offset)
+    if flags != 0 or reserved != 0:
+        raise CorruptFrameError(f"reserved frame fields set at offset {offset}", reason="reserved", offset=offset)
+    if plen > MAX_PAYLOAD:
+        raise CorruptFrameError(
+            f"frame payload length {plen} exceeds the limit {MAX_PAYLOAD} at offset {offset}", reason="length", offset=offset
+        )
+    if count == 0 or count > MAX_RECORDS or count * RECORD_PREFIX_SIZE > plen:
+        raise CorruptFrameError(
+            f"frame record count {count} impossible for {plen} payload bytes at offset {offset}",
+            reason="record_count",
+            offset=offset,
+        )
+    if first < 1 or seg < 1 or first < seg or epoch < 1:
+        raise CorruptFrameError(
+            f"frame txids/epoch out of range (segment {seg}, first {first}, epoch {epoch}) at offset {offset}",
+            reason="txid",
+            offset=offset,
+        )
+    return FrameHeader(epoch=epoch, segment_txid=seg, first_txid=first, record_count=count, payload_len=plen, payload_xxh3=pxxh)
+
+
+def _check_records(payload: memoryview, count: int, offset: int) -> None:
+    pos = 0
+    end = len(payload)
+    for _ in range(count):
+        if end - pos < RECORD_PREFIX_SIZE:
+            raise CorruptFrameError(f"record prefix overruns the payload in frame at {offset}", reason="records", offset=offset)
+        (n,) = RECORD_PREFIX.unpack_from(payload, pos)
+        pos += RECORD_PREFIX_SIZE
+        if n > end - pos:
+            raise CorruptFrameError(f"record length {n} overruns the payload in frame at {offset}", reason="records", offset=offset)
+        pos += n
+    if pos != end:
+        raise CorruptFrameError(f"{end - pos} stray bytes after the last record in frame at {offset}", reason="records", offset=offset)
+
+
+def verify_frame(buf: Buffer, offset: int = 0) -> FrameHeader:
+    """Check a whole frame at ``offset``: header, payload checksum and record layout."""
+    h = decode_header(buf, offset)
+    mv = memoryview(buf)
+    start = offset + FRAME_HEADER_SIZE
+    if len(mv) - start < h.payload_len:
+        raise TornTailError(
+            f"frame at offset {offset} is cut short ({len(mv) - start} of {h.payload_len} payload bytes)",
+            reason="short_payload",
+            offset=offset,
+        )
+    payload = mv[start : start + h.payload_len]
+    if _xxh3(payload) != h.payload_xxh3:
+        raise CorruptFrameError(f"frame payload checksum mismatch at offset {offset}", reason="payload_checksum", offset=offset)
+    _check_records(payload, h.record_count, offset)
+    return h
+
+
+def decode_records(buf: Buffer, offset: int = 0) -> list[bytes]:
+    """The records of the verified frame at ``offset``, in txid order."""
+    h = verify_frame(buf, offset)
+    mv = memoryview(buf)
+    pos = offset + FRAME_HEADER_SIZE
+    out: list[bytes] = []
+    for _ in range(h.record_count):
+        (n,) = RECORD_PREFIX.unpack_from(mv, pos)
+        pos += RECORD_PREFIX_SIZE
+        out.append(bytes(mv[pos : pos + n]))
+        pos += n
+    return out
+
+
+def encode_segment_header(start_txid: int, epoch: int) -> bytes:
+    head = SEGMENT_HEADER.pack(SEGMENT_MAGIC, FORMAT_VERSION, 0, start_txid, epoch, bytes(32), 0)
+    checked = head[:SEGMENT_HEADER_CHECKED]
+    return checked + _xxh3(checked).to_bytes(8, "little")
+
+
+def decode_segment_header(buf: Buffer) -> SegmentHeader:
+    mv = memoryview(buf)
+    if len(mv) < SEGMENT_HEADER_SIZE:
+        raise TornTailError(f"segment header cut short ({len(mv)} of {SEGMENT_HEADER_SIZE} bytes)", reason="short_header", offset=0)
+    magic, version, _flags, start, epoch, _res, hxxh = SEGMENT_HEADER.unpack_from(mv, 0)
+    if magic != SEGMENT_MAGIC:
+        raise CorruptFrameError(f"bad segment magic {magic:#010x}", reason="magic", offset=0)
+    if _xxh3(mv[:SEGMENT_HEADER_CHECKED]) != hxxh:
+        raise CorruptFrameError("segment header checksum mismatch", reason="header_checksum", offset=0)
+    if version != FORMAT_VERSION:
+        raise CorruptFrameError(f"unsupported segment version {version}", reason="version", offset=0)
+    return SegmentHeader(start_txid=start, epoch=epoch)
+
+
+@dataclass(frozen=True, slots=True)
+class ScanResult:
+    """What a scan of a segment's bytes found.
+
+    ``valid_end`` is the offset just past the last valid frame; ``tail`` is ``"clean"`` when
+    nothing but zeros (preallocation) or nothing at all follows it, ``"torn"`` otherwise, in which
+    case ``error`` says why the next bytes are not a frame.
+    """
+
+    valid_end: int
+    frame_count: int
+    first_txid: int  # 0 when there is no frame
+    last_txid: int  # start_txid - 1 when there is no frame
+    last_epoch: int  # epoch of the last valid frame, 0 when none
+    tail: str
+    error: str
+
+
+def _all_zero(mv: memoryview) -> bool:
+    return not any(mv.tobytes()) if len(mv) <= 1 << 16 else mv.tobytes().count(0) == len(mv)
+
+
+def scan(buf: Buffer, start_txid: int, offset: int = SEGMENT_HEADER_SIZE) -> ScanResult:
+    """Walk the frames of a segment from ``offset``: each must verify and continue the txids.
+
+    Stops at the first thing that is not the next valid frame; the caller decides what to do
+    with a torn tail (the node truncates in-progress segments, never finalized ones).
+    """
+    mv = memoryview(buf)
+    pos = offset
+    count = 0
+    first = 0
+    expected = start_txid
+    last_epoch = 0
+    error = ""
+    while pos < len(mv):
+        if mv[pos : pos + 4].tobytes() == b"\0\0\0\0" and _all_zero(mv[pos:]):
+            break
+        try:
+            h = verify_frame(mv, pos)
+        except CorruptFrameError as e:
+            error = f"{e.reason}: {e}"
+            break
+        if h.segment_txid != start_txid or h.first_txid != expected:
+            error = (
+                f"txid: frame at offset {pos} holds segment {h.segment_txid} txids {h.first_txid}.. "
+                f"but {expected} was expected in segment {start_txid}"
+            )
+            break
+        if h.epoch < last_epoch:
+            error = f"epoch: frame at offset {pos} has epoch {h.epoch} below the previous frame's {last_epoch}"
+            break
+        if count == 0:
+            first = h.first_txid
+        count += 1
+        expected = h.last_txid + 1
+        last_epoch = h.epoch
+        pos += h.frame_len
+    tail = "clean" if not error else "torn"
+    return ScanResult(
+        valid_end=pos, frame_count=count, first_txid=first, last_txid=expected - 1, last_epoch=last_epoch, tail=tail, error=error
+    )
+
+
+def iter_frames(buf: Buffer, start_txid: int, offset: int = SEGMENT_HEADER_SIZE) -> list[tuple[FrameHeader, int]]:
+    """(header, offset) of every valid frame, stopping where ``scan`` would stop."""
+    mv = memoryview(buf)
+    out: list[tuple[FrameHeader, int]] = []
+    res = scan(mv, start_txid, offset)
+    pos = offset
+    while pos < res.valid_end:
+        h = decode_header(mv, pos)
+        out.append((h, pos))
+        pos += h.frame_len
+    return out
+
+
+def layout() -> dict[str, dict[str, int]]:
+    """Field offsets and sizes of both headers, and the constants, as ``protocol.frame`` declares them.
+
+    ``framing_c.layout()`` reports the same dict computed from ``include/qjm/frame.h``.
+    """
+    return {
+        "frame": {**FRAME_FIELD_OFFSETS, "size": FRAME_HEADER_SIZE},
+        "segment": {**SEGMENT_FIELD_OFFSETS, "size": SEGMENT_HEADER_SIZE},
+        "constants": {
+            "FRAME_MAGIC": FRAME_MAGIC,
+            "SEGMENT_MAGIC": SEGMENT_MAGIC,
+            "FORMAT_VERSION": FORMAT_VERSION,
+            "FRAME_HEADER_SIZE": FRAME_HEADER_SIZE,
+            "SEGMENT_HEADER_SIZE": SEGMENT_HEADER_SIZE,
+            "RECORD_PREFIX_SIZE": RECORD_PREFIX_SIZE,
+            "FRAME_HEADER_CHECKED": FRAME_HEADER_CHECKED,
+            "SEGMENT_HEADER_CHECKED": SEGMENT_HEADER_CHECKED,
+            "MAX_PAYLOAD": MAX_PAYLOAD,
+            "MAX_RECORDS": MAX_RECORDS,
+        },
+    }

@@ -1,0 +1,538 @@
+"""RemoteLogger: one node over the network (Hadoop IPCLoggerChannel), on both planes.
+
+Control calls run on a single-thread executor, so each node sees them in submission order and
+the serial numbers it checks always increase. Batches go out on a long-lived TCP connection by a
+sender thread and are acknowledged cumulatively by the node; a receiver thread completes their
+futures. A node that fails a batch, or lets its unacknowledged bytes pass the queue limit, is
+out of sync until the next ``start_log_segment`` (design §4).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import queue
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import TypeVar
+
+import grpc
+import xxhash
+
+from qjm import errors
+from qjm.client.loggers import CallHooks, WriterLife
+from qjm.config import NodeAddress, QJMConfig
+from qjm.errors import (
+    NodeTooFarBehindError,
+    NodeUnavailableError,
+    OutOfSyncError,
+    QJMError,
+    WriterCrashedError,
+)
+from qjm.protocol import convert, wire
+from qjm.protocol import qjournal_pb2 as pb
+from qjm.protocol import qjournal_pb2_grpc as pbg
+from qjm.protocol.messages import (
+    NO_TXID,
+    EditLogManifest,
+    JournaledEdits,
+    JournalState,
+    NamespaceInfo,
+    NewEpochResponse,
+    PrepareRecoveryResponse,
+    RequestInfo,
+    SegmentState,
+)
+from qjm.protocol.rpcmeta import CLIENT_GRPC_OPTIONS, ERROR_CODE_KEY
+
+log = logging.getLogger("qjm.channel")
+T = TypeVar("T")
+
+
+def error_from_rpc(node: str, e: grpc.RpcError) -> QJMError:
+    """Rebuild the node's typed error from the status and trailing metadata it sent."""
+    code = e.code() if isinstance(e, grpc.Call) else None
+    md = dict(e.trailing_metadata() or ()) if isinstance(e, grpc.Call) else {}
+    details = (e.details() if isinstance(e, grpc.Call) else None) or str(e)
+    qcode = md.get(ERROR_CODE_KEY)
+    if isinstance(qcode, str):
+        return errors.from_code(qcode, f"{node}: {details}")
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
+        return NodeUnavailableError(f"{node}: {details}")
+    return QJMError(f"{node}: {code}: {details}")
+
+
+class _DataLink:
+    """One TCP connection to a node's data plane: a sender thread, a receiver thread, cumulative acks."""
+
+    def __init__(
+        self,
+        name: str,
+        address: str,
+        journal_id: str,
+        connect_timeout: float,
+        on_ack: Callable[[], None],
+        on_fail: Callable[[_DataLink, BaseException], None],
+    ) -> None:
+        self.name = name
+        host, port = address.rsplit(":", 1)
+        self._sock = socket.create_connection((host, int(port)), timeout=connect_timeout)
+        self._sock.settimeout(None)
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._q: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._pending: collections.deque[tuple[int, Future[int], int]] = collections.deque()
+        self._lock = threading.Lock()
+        self._on_ack = on_ack
+        self._on_fail = on_fail
+        self.queued_bytes = 0
+        self.failed: BaseException | None = None
+        self.closed = False
+        self._q.put(wire.encode_hello(journal_id))
+        self._sender = threading.Thread(target=self._send_loop, name=f"qjm-send-{name}", daemon=True)
+        self._receiver = threading.Thread(target=self._recv_loop, name=f"qjm-recv-{name}", daemon=True)
+        self._sender.start()
+        self._receiver.start()
+
+    def send(self, frame: bytes, last_txid: int, fut: Future[int], commit: bytes | None) -> None:
+        with self._lock:
+            if self.failed is not None:
+                fut.set_exception(self.failed)
+                return
+            self._pending.append((last_txid, fut, len(frame)))
+            self.queued_bytes += len(frame)
+        if commit is not None:
+            self._q.put(commit)
+        self._q.put(frame)
+
+    def last_pending(self) -> Future[int] | None:
+        with self._lock:
+            return self._pending[-1][1] if self._pending else None
+
+    def _send_loop(self) -> None:
+        try:
+            while True:
+                msg = self._q.get()
+                if msg is None:
+                    return
+                self._sock.sendall(msg)
+        except OSError as e:
+            self.fail(NodeUnavailableError(f"{self.name}: data plane send failed: {e}"))
+
+    def _recv_loop(self) -> None:
+        buf = bytearray()
+        try:
+            while True:
+                chunk = self._sock.recv(65536)
+                if not chunk:
+                    raise NodeUnavailableError(f"{self.name}: data plane connection closed by the node")
+                buf += chunk
+                while True:
+                    msg, used = wire.parse_reply(buf)
+                    if msg is None:
+                        break
+                    del buf[:used]
+                    if isinstance(msg, wire.Ack):
+                        self._complete(msg.txid)
+                    else:
+                        self._complete(msg.durable_txid)
+                        raise errors.from_code(msg.code, f"{self.name}: {msg.message}")
+        except BaseException as e:
+            if isinstance(e, OSError) and not isinstance(e, QJMError):
+                e = NodeUnavailableError(f"{self.name}: data plane receive failed: {e}")
+            self.fail(e)
+
+    def _complete(self, txid: int) -> None:
+        done: list[Future[int]] = []
+        with self._lock:
+            while self._pending and self._pending[0][0] <= txid:
+                _, fut, n = self._pending.popleft()
+                self.queued_bytes -= n
+                done.append(fut)
+        for fut in done:
+            if not fut.done():
+                fut.set_result(txid)
+        if done:
+            self._on_ack()
+
+    def fail(self, e: BaseException) -> None:
+        with self._lock:
+            if self.failed is not None:
+                return
+            self.failed = e
+            pending = list(self._pending)
+            self._pending.clear()
+            self.queued_bytes = 0
+        self.close()
+        for _, fut, _ in pending:
+            if not fut.done():
+                fut.set_exception(e)
+        self._on_fail(self, e)
+
+    def close(self) -> None:
+        """Stop both threads; batches still pending fail (the node may or may not have them)."""
+        self.closed = True
+        if self.failed is None:
+            self.fail(OutOfSyncError(f"{self.name}: data link closed with batches pending"))
+            return
+        self._q.put(None)
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+
+
+class RemoteLogger:
+    """One JournalNode reached over gRPC (control) and framed TCP (data)."""
+
+    def __init__(
+        self,
+        address: NodeAddress,
+        journal_id: str,
+        *,
+        config: QJMConfig | None = None,
+        hooks: CallHooks | None = None,
+        life: WriterLife | None = None,
+    ) -> None:
+        self.address = address
+        self.journal_id = journal_id
+        self.config = config or QJMConfig()
+        self.hooks = hooks or CallHooks()
+        self.life = life or WriterLife()
+        self._name = str(address)
+        self._channel = grpc.insecure_channel(self._name, options=CLIENT_GRPC_OPTIONS)
+        self._stub = pbg.QJournalStub(self._channel)
+        self._exec = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"qjm-ctl-{self._name}")
+        self._par = ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"qjm-read-{self._name}")
+        self._epoch = -1
+        self._serial = 0
+        self._committed = NO_TXID
+        self._committed_sent = NO_TXID
+        self._out_of_sync = False
+        self._link: _DataLink | None = None
+        # segments whose start is queued or running → batches sent for them meanwhile
+        self._starting: dict[int, list[tuple[bytes, int, Future[int], bytes | None]]] = {}
+        self._seg_lock = threading.Lock()
+        self.highest_acked_txid = 0
+        self._closed = False
+
+    # -- identity / state --------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def source_url(self) -> str:
+        return self._name
+
+    @property
+    def out_of_sync(self) -> bool:
+        return self._out_of_sync
+
+    def set_epoch(self, epoch: int) -> None:
+        self._epoch = epoch
+
+    def set_committed_txid(self, txid: int) -> None:
+        if txid < self._committed:
+            raise errors.InvariantViolation(f"committed txid moving backward: {txid} < {self._committed}")
+        self._committed = txid
+
+    def _req(self) -> pb.RequestInfoProto:
+        if self._epoch <= 0:
+            raise errors.QJMError(f"{self._name}: no epoch yet; fence (recover) before writing")
+        self._serial += 1
+        return convert.req_to_pb(RequestInfo(self.journal_id, self._epoch, self._serial, self._committed))
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _call(self, op: str, fn: Callable[[], T], *, parallel: bool = False, writer: bool = True) -> Future[T]:
+        def run() -> T:
+            if writer:
+                self.life.check()
+            self.hooks.before(self._name, op)
+            try:
+                result = fn()
+            except grpc.RpcError as e:
+                err = error_from_rpc(self._name, e)
+                log.info("%s: %s failed: %s: %s", self._name, op, type(err).__name__, err)
+                raise err from None
+            except QJMError as e:
+                log.info("%s: %s failed: %s: %s", self._name, op, type(e).__name__, e)
+                raise
+            try:
+                self.hooks.after(self._name, op)
+            except WriterCrashedError as e:
+                self.life.crash(str(e))
+                raise
+            return result
+
+        return (self._par if parallel else self._exec).submit(run)
+
+    # -- control plane -----------------------------------------------------------------------
+
+    def is_formatted(self) -> Future[bool]:
+        t = self.config.timeouts.operations
+        return self._call(
+            "is_formatted",
+            lambda: self._stub.IsFormatted(pb.JournalIdRequest(journal_id=self.journal_id), timeout=t).formatted,
+            writer=False,
+        )
+
+    def format(self, ns: NamespaceInfo, force: bool) -> Future[None]:
+        t = self.config.timeouts.operations
+
+        def go() -> None:
+            self._stub.Format(pb.FormatRequest(journal_id=self.journal_id, ns=convert.ns_to_pb(ns), force=force), timeout=t)
+
+        return self._call("format", go, writer=False)
+
+    def get_journal_state(self) -> Future[JournalState]:
+        t = self.config.timeouts.get_journal_state
+        return self._call(
+            "get_journal_state",
+            lambda: convert.state_from_pb(
+                self._stub.GetJournalState(pb.JournalIdRequest(journal_id=self.journal_id), timeout=t)
+            ),
+        )
+
+    def new_epoch(self, ns: NamespaceInfo, epoch: int) -> Future[NewEpochResponse]:
+        t = self.config.timeouts.new_epoch
+        return self._call(
+            "new_epoch",
+            lambda: convert.new_epoch_from_pb(
+                self._stub.NewEpoch(
+                    pb.NewEpochRequest(journal_id=self.journal_id, ns=convert.ns_to_pb(ns), epoch=epoch), timeout=t
+                )
+            ),
+        )
+
+    def start_log_segment(self, txid: int) -> Future[None]:
+        """Start segment ``txid`` and open a fresh data link to the node for it.
+
+        Batches sent before the node has answered wait in a backlog, so the node never sees a frame
+        of the segment before the segment itself (Hadoop gets this from one executor per node).
+        """
+        t = self.config.timeouts.start_segment
+        with self._seg_lock:
+            self._starting[txid] = []  # from now on batches belong to the new segment
+
+        def go() -> None:
+            with self._seg_lock:
+                old, self._link = self._link, None
+            if old is not None:
+                old.close()  # calls queued before this one (a finalize) have run: FIFO executor
+            try:
+                self._stub.StartLogSegment(pb.StartLogSegmentRequest(req=self._req(), txid=txid), timeout=t)
+                link = self._open_link()
+            except BaseException as e:
+                self._drop_backlog(txid, e if isinstance(e, QJMError) else NodeUnavailableError(f"{self._name}: {e}"))
+                raise
+            with self._seg_lock:
+                # A successful start brings an out-of-sync node back for the new segment (reference §3.2).
+                self._link = link
+                self._out_of_sync = False
+                for frame, last, fut, commit in self._starting.pop(txid, []):
+                    link.send(frame, last, fut, commit)
+
+        return self._call("start_log_segment", go)
+
+    def _drop_backlog(self, txid: int, e: QJMError) -> None:
+        with self._seg_lock:
+            backlog = self._starting.pop(txid, [])
+            self._out_of_sync = True
+        for _, _, fut, _ in backlog:
+            if not fut.done():
+                fut.set_exception(e)
+
+    def finalize_log_segment(self, start: int, end: int) -> Future[None]:
+        t = self.config.timeouts.finalize_segment
+
+        def go() -> None:
+            # Batches and control calls travel on different connections: let this node's batches
+            # land first, so it is finalized in the order Hadoop's single executor would give.
+            link = self._link
+            last = link.last_pending() if link is not None else None
+            if last is not None:
+                wait([last], timeout=t)
+            if self._out_of_sync:
+                raise OutOfSyncError(f"{self._name}: out of sync until the next segment; not finalizing {start}-{end}")
+            self._stub.FinalizeLogSegment(
+                pb.FinalizeLogSegmentRequest(req=self._req(), start_txid=start, end_txid=end), timeout=t
+            )
+
+        return self._call("finalize_log_segment", go)
+
+    def purge_logs(self, min_txid_to_keep: int) -> Future[None]:
+        t = self.config.timeouts.operations
+
+        def go() -> None:
+            self._stub.PurgeLogs(pb.PurgeLogsRequest(req=self._req(), min_txid_to_keep=min_txid_to_keep), timeout=t)
+
+        return self._call("purge_logs", go)
+
+    def prepare_recovery(self, segment: int) -> Future[PrepareRecoveryResponse]:
+        t = self.config.timeouts.prepare_recovery
+        return self._call(
+            "prepare_recovery",
+            lambda: convert.prepare_from_pb(
+                self._stub.PrepareRecovery(pb.PrepareRecoveryRequest(req=self._req(), segment_txid=segment), timeout=t)
+            ),
+        )
+
+    def accept_recovery(self, state: SegmentState, source_url: str) -> Future[None]:
+        t = self.config.timeouts.accept_recovery
+
+        def go() -> None:
+            self._stub.AcceptRecovery(
+                pb.AcceptRecoveryRequest(req=self._req(), state_to_accept=convert.seg_to_pb(state), from_url=source_url),
+                timeout=t,
+            )
+
+        return self._call("accept_recovery", go)
+
+    def get_edit_log_manifest(self, since: int, in_progress_ok: bool) -> Future[EditLogManifest]:
+        t = self.config.timeouts.select_input_streams
+        req = pb.ManifestRequest(journal_id=self.journal_id, since_txid=since, in_progress_ok=in_progress_ok)
+        return self._call(
+            "get_edit_log_manifest",
+            lambda: convert.manifest_from_pb(self._stub.GetEditLogManifest(req, timeout=t)),
+            parallel=True,
+            writer=False,
+        )
+
+    def get_journaled_edits(self, since: int, max_txns: int) -> Future[JournaledEdits]:
+        t = self.config.timeouts.select_input_streams
+        req = pb.JournaledEditsRequest(journal_id=self.journal_id, since_txid=since, max_txns=max_txns)
+
+        def go() -> JournaledEdits:
+            r = self._stub.GetJournaledEdits(req, timeout=t)
+            return JournaledEdits(r.txn_count, r.frames)
+
+        return self._call("get_journaled_edits", go, parallel=True, writer=False)
+
+    def read_segment(self, segment: int) -> Iterator[bytes]:
+        """Stream a segment's bytes; the sender's length and checksum are verified at the end."""
+        h = xxhash.xxh3_64()
+        total = 0
+        req = pb.SegmentRequest(journal_id=self.journal_id, segment_txid=segment)
+        try:
+            for chunk in self._stub.DownloadSegment(req, timeout=self.config.timeouts.select_input_streams * 30):
+                h.update(chunk.data)
+                total += len(chunk.data)
+                if chunk.last:
+                    if chunk.total_bytes != total or chunk.xxh3 != h.intdigest():
+                        raise errors.CorruptFrameError(
+                            f"{self._name}: segment {segment} arrived damaged", reason="download"
+                        )
+                    yield chunk.data
+                    return
+                yield chunk.data
+        except grpc.RpcError as e:
+            raise error_from_rpc(self._name, e) from None
+        raise NodeUnavailableError(f"{self._name}: download of segment {segment} ended early")
+
+    def status(self) -> Future[dict[str, object]]:
+        import json
+
+        return self._call(
+            "status",
+            lambda: dict(
+                json.loads(
+                    self._stub.Status(
+                        pb.JournalIdRequest(journal_id=self.journal_id), timeout=self.config.timeouts.connect
+                    ).json
+                )
+            ),
+            parallel=True,
+            writer=False,
+        )
+
+    # -- data plane --------------------------------------------------------------------------
+
+    def _open_link(self) -> _DataLink:
+        st = self._stub.GetJournalState(pb.JournalIdRequest(journal_id=self.journal_id), timeout=self.config.timeouts.connect)
+        try:
+            return _DataLink(
+                self._name,
+                st.data_address,
+                self.journal_id,
+                self.config.timeouts.connect,
+                on_ack=lambda: None,
+                on_fail=self._link_failed,
+            )
+        except OSError as e:
+            raise NodeUnavailableError(f"{self._name}: cannot reach the data plane at {st.data_address}: {e}") from e
+
+    def _link_failed(self, link: _DataLink, e: BaseException) -> None:
+        with self._seg_lock:
+            if link is not self._link:
+                return  # an old segment's link, closed on purpose
+            self._out_of_sync = True
+        if not self._closed:
+            log.warning("%s: batches failed (%s); out of sync until the next segment", self._name, e)
+
+    def send_batch(self, frame: bytes, first_txid: int, last_txid: int) -> Future[int]:
+        fut: Future[int] = Future()
+        try:
+            self.life.check()
+            self.hooks.before(self._name, "journal")
+            with self._seg_lock:
+                if self._out_of_sync:
+                    raise OutOfSyncError(f"{self._name}: out of sync until the next segment")
+                link = self._link
+                queued = link.queued_bytes if link is not None else 0
+                limit = self.config.queued_edits_limit_bytes
+                if queued > 0 and queued + len(frame) > limit:
+                    self._out_of_sync = True
+                    raise NodeTooFarBehindError(
+                        f"{self._name}: {queued} bytes unacknowledged; a batch of {len(frame)} would pass the "
+                        f"limit of {limit}"
+                    )
+                commit = None
+                if self._committed > self._committed_sent:
+                    commit = wire.encode_commit(self._epoch, self._committed)
+                    self._committed_sent = self._committed
+                fut.add_done_callback(self._on_batch_done)
+                if self._starting:
+                    self._starting[next(reversed(self._starting))].append((frame, last_txid, fut, commit))
+                elif link is not None:
+                    link.send(frame, last_txid, fut, commit)
+                else:
+                    self._out_of_sync = True
+                    raise OutOfSyncError(f"{self._name}: no data link; out of sync until the next segment")
+        except QJMError as e:
+            if not isinstance(e, WriterCrashedError):
+                self._out_of_sync = True
+                if isinstance(e, NodeTooFarBehindError):
+                    self._close_link()
+            if not fut.done():
+                fut.set_exception(e)
+        return fut
+
+    def _close_link(self) -> None:
+        with self._seg_lock:
+            link, self._link = self._link, None
+        if link is not None:
+            link.close()
+
+    def _on_batch_done(self, fut: Future[int]) -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            return
+        self.highest_acked_txid = max(self.highest_acked_txid, fut.result())
+        try:
+            self.hooks.after(self._name, "journal")
+        except WriterCrashedError as e:
+            self.life.crash(str(e))
+
+    def close(self, grace: float = 0.0) -> None:
+        """Release the node; with ``grace``, first let calls already queued for it finish (bounded)."""
+        if grace > 0 and not self._closed:
+            wait([self._exec.submit(lambda: None)], timeout=grace)
+        self._closed = True
+        self._close_link()
+        self._exec.shutdown(wait=False, cancel_futures=True)
+        self._par.shutdown(wait=False, cancel_futures=True)
+        self._channel.close()

@@ -1,0 +1,192 @@
+"""QuorumJournalManager: fencing, recovery and the segment lifecycle over a ``LoggerSet`` (design §2.2).
+
+All waits go through ``QuorumCall``; all decisions that need thought live in the pure
+``qjm.client.recovery`` module. This class only sequences the calls.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from qjm.client.channel import RemoteLogger
+from qjm.client.loggers import CallHooks, Logger, LoggerSet, WriterLife
+from qjm.client.quorum import QuorumCall
+from qjm.client.recovery import check_no_committed_loss, choose_recovery_source
+from qjm.config import JournalURI, QJMConfig, parse_uri
+from qjm.errors import QJMError, QuorumError
+from qjm.protocol.messages import NO_TXID, EditLogManifest, JournalState, NamespaceInfo
+
+log = logging.getLogger("qjm.manager")
+
+
+class QuorumJournalManager:
+    """One writer's (or reader's) handle on a replicated journal.
+
+    A manager gets at most one epoch in its life (reference §3.4): to write again after losing
+    the journal, make a new manager.
+    """
+
+    def __init__(
+        self,
+        uri: str | JournalURI,
+        *,
+        config: QJMConfig | None = None,
+        hooks: CallHooks | None = None,
+        loggers: Sequence[Logger] | None = None,
+        namespace: NamespaceInfo | None = None,
+    ) -> None:
+        self.uri = parse_uri(uri) if isinstance(uri, str) else uri
+        self.config = (config or QJMConfig()).validate()
+        self.life = WriterLife()
+        if loggers is None:
+            loggers = [
+                RemoteLogger(a, self.uri.journal_id, config=self.config, hooks=hooks, life=self.life)
+                for a in self.uri.nodes
+            ]
+        self.loggers = LoggerSet(loggers)
+        self.namespace = namespace or NamespaceInfo(self.config.namespace_id, self.config.cluster_id)
+        self.epoch = 0
+        self.active = False
+        self.committed_txid = NO_TXID
+
+    @property
+    def journal_id(self) -> str:
+        return self.uri.journal_id
+
+    # -- formatting --------------------------------------------------------------------------
+
+    def format(self, force: bool = False) -> None:
+        """Format the journal on every node; all must succeed (design §4.2)."""
+        self.loggers.call(lambda lg: lg.format(self.namespace, force)).wait_for_all(
+            self.config.timeouts.operations, "format"
+        )
+
+    def is_formatted(self) -> bool:
+        """True if any of the first majority of nodes to answer holds a formatted copy (Hadoop ``hasSomeData``).
+
+        A majority is enough: a journal is formatted on all nodes at once, and waiting for every node
+        would let one dead node block every new writer.
+        """
+        call = self.loggers.call(lambda lg: lg.is_formatted())
+        call.wait_for(self.loggers.majority, 0, self.loggers.size - self.loggers.majority, self.config.timeouts.operations, "is_formatted")
+        if len(call.successes) + len(call.exceptions) < self.loggers.majority or (
+            len(call.exceptions) > self.loggers.size - self.loggers.majority
+        ):
+            raise QuorumError("is_formatted: too few nodes answered", successes=call.successes, causes=call.exceptions)
+        return any(call.successes.values())
+
+    # -- fencing and recovery (design §2.5, §2.8) ---------------------------------------------
+
+    def create_new_unique_epoch(self) -> int:
+        if self.epoch:
+            raise QJMError(f"this manager already holds epoch {self.epoch}; make a new one to write again")
+        states = self.loggers.call(lambda lg: lg.get_journal_state()).wait_for_write_quorum(
+            self.config.timeouts.get_journal_state, "get_journal_state"
+        )
+        proposed = max(s.last_promised_epoch for s in states.values()) + 1
+        self._new_epoch_replies = self.loggers.call(lambda lg: lg.new_epoch(self.namespace, proposed)).wait_for_write_quorum(
+            self.config.timeouts.new_epoch, f"new_epoch({proposed})"
+        )
+        self.epoch = proposed
+        self.loggers.set_epoch(proposed)
+        log.info("journal %s: won epoch %d", self.journal_id, proposed)
+        return proposed
+
+    def recover_unfinalized_segments(self) -> int:
+        """Fence older writers, then recover and finalize the newest segment.
+
+        Returns the last txid of the log: the next segment starts right after it.
+        """
+        if self.active:
+            raise QJMError("already the active writer")
+        self.create_new_unique_epoch()
+        starts = [r.last_segment_txid for r in self._new_epoch_replies.values() if r.last_segment_txid is not None]
+        last = 0
+        if starts:
+            last = self.recover_unclosed_segment(max(starts))
+        self.active = True
+        return last
+
+    def recover_unclosed_segment(self, segment: int) -> int:
+        """Paxos over one segment (reference §3.5): prepare, choose, accept, finalize."""
+        prepared = self.loggers.call(lambda lg: lg.prepare_recovery(segment)).wait_for_write_quorum(
+            self.config.timeouts.prepare_recovery, f"prepare_recovery({segment})"
+        )
+        best = choose_recovery_source(prepared)
+        if best is None:
+            # Nobody in this quorum has the segment: it never reached a quorum, and by invariant 2
+            # a quorum holds a finalized segment ending right before it.
+            log.info("journal %s: none of the responders has segment %d; nothing to recover", self.journal_id, segment)
+            return segment - 1
+        source, reply = best
+        state = reply.segment_state
+        assert state is not None
+        check_no_committed_loss(state, prepared)
+        how = f"accepted in epoch {reply.accepted_in_epoch}" if reply.accepted_in_epoch else "best on disk"
+        log.info("journal %s: recovering segment %s from %s (%s)", self.journal_id, state, source, how)
+        url = self.loggers.by_name(source).source_url
+        self.loggers.call(lambda lg: lg.accept_recovery(state, url)).wait_for_write_quorum(
+            self.config.timeouts.accept_recovery, f"accept_recovery({state})"
+        )
+        self.loggers.call(lambda lg: lg.finalize_log_segment(state.start_txid, state.end_txid)).wait_for_write_quorum(
+            self.config.timeouts.finalize_segment, f"finalize_log_segment({state.start_txid}, {state.end_txid})"
+        )
+        return state.end_txid
+
+    # -- segments ----------------------------------------------------------------------------
+
+    def _require_active(self) -> None:
+        if not self.active:
+            raise QJMError("not the active writer: call recover_unfinalized_segments() first")
+
+    def start_log_segment(self, txid: int) -> None:
+        self._require_active()
+        self.loggers.call(lambda lg: lg.start_log_segment(txid)).wait_for_write_quorum(
+            self.config.timeouts.start_segment, f"start_log_segment({txid})"
+        )
+
+    def finalize_log_segment(self, start: int, end: int) -> None:
+        self._require_active()
+        self.loggers.call(lambda lg: lg.finalize_log_segment(start, end)).wait_for_write_quorum(
+            self.config.timeouts.finalize_segment, f"finalize_log_segment({start}, {end})"
+        )
+
+    def purge_logs_older_than(self, min_txid_to_keep: int) -> None:
+        """Fire and forget, as in Hadoop: a node that misses it purges at a later call."""
+        self._require_active()
+        for lg in self.loggers.loggers:
+            lg.purge_logs(min_txid_to_keep)
+
+    def send_batch(self, frame: bytes, first_txid: int, last_txid: int) -> QuorumCall[int]:
+        return self.loggers.call(lambda lg: lg.send_batch(frame, first_txid, last_txid))
+
+    def set_committed_txid(self, txid: int) -> None:
+        self.committed_txid = txid
+        self.loggers.set_committed_txid(txid)
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def get_edit_log_manifest(self, since: int, in_progress_ok: bool = False) -> dict[str, EditLogManifest]:
+        return self.loggers.call(lambda lg: lg.get_edit_log_manifest(since, in_progress_ok)).wait_for_write_quorum(
+            self.config.timeouts.select_input_streams, "get_edit_log_manifest"
+        )
+
+    def get_journal_states(self) -> dict[str, JournalState | BaseException]:
+        call = self.loggers.call(lambda lg: lg.get_journal_state())
+        try:
+            call.wait_for(self.loggers.size, 0, -1, self.config.timeouts.connect, "get_journal_state")
+        except QuorumError:
+            pass
+        out: dict[str, JournalState | BaseException] = dict(call.successes)
+        out.update(call.exceptions)
+        return out
+
+    def close(self, grace: float = 0.0) -> None:
+        self.loggers.close(grace)
+
+    def __enter__(self) -> QuorumJournalManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

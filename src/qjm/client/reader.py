@@ -1,0 +1,211 @@
+"""Readers: committed records in txid order, from any replica, failing over between them.
+
+Finalized segments are decided (design §3), so any replica serves them; the reader streams one
+and, if that node dies mid-read, resumes from the next txid on another replica that holds at least
+as much. The in-progress segment is read only up to what a majority of the current writer's nodes
+hold (reference §4.3): the quorum-th highest count among replies from the newest writer epoch.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from qjm._native import framing
+from qjm.client.manager import QuorumJournalManager
+from qjm.client.quorum import majority
+from qjm.config import QJMConfig
+from qjm.errors import CorruptFrameError, NotFoundError, QJMError, QuorumError
+from qjm.protocol.frame import FRAME_HEADER_SIZE, SEGMENT_HEADER_SIZE
+from qjm.protocol.messages import JournaledEdits
+
+log = logging.getLogger("qjm.reader")
+
+Record = tuple[int, bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentCopy:
+    node: str
+    start: int
+    end: int
+    in_progress: bool
+
+
+class Reader:
+    """Iterates ``(txid, record)`` from ``from_txid``; ``tail()`` keeps following new commits."""
+
+    def __init__(
+        self,
+        qjm: QuorumJournalManager,
+        from_txid: int = 1,
+        *,
+        include_in_progress: bool = False,
+        max_txns_per_poll: int = 5000,
+    ) -> None:
+        if from_txid < 1:
+            raise ValueError("txids start at 1")
+        self.qjm = qjm
+        self.next_txid = from_txid
+        self.include_in_progress = include_in_progress
+        self.max_txns = max_txns_per_poll
+        self.failovers = 0
+
+    def __iter__(self) -> Iterator[Record]:
+        """Everything committed now, from ``next_txid`` on; ends when caught up."""
+        while True:
+            got = False
+            for rec in self._read_finalized():
+                got = True
+                yield rec
+            if self.include_in_progress:
+                for rec in self._read_in_progress():
+                    got = True
+                    yield rec
+            if not got:
+                return
+
+    def tail(self, poll_interval: float = 0.05, stop: threading.Event | None = None) -> Iterator[Record]:
+        """Follow the journal: yields committed records as they appear, until ``stop`` is set."""
+        stop = stop or threading.Event()
+        saved = self.include_in_progress
+        self.include_in_progress = True
+        try:
+            while not stop.is_set():
+                got = False
+                for rec in self:
+                    got = True
+                    yield rec
+                if not got:
+                    stop.wait(poll_interval)
+        finally:
+            self.include_in_progress = saved
+
+    # -- finalized segments ------------------------------------------------------------------
+
+    def _finalized_copies(self) -> list[list[SegmentCopy]]:
+        manifests = self.qjm.get_edit_log_manifest(self.next_txid, in_progress_ok=False)
+        groups: dict[int, list[SegmentCopy]] = {}
+        for node, m in manifests.items():
+            for x in m.logs:
+                if not x.in_progress and x.end_txid >= self.next_txid:
+                    groups.setdefault(x.start_txid, []).append(SegmentCopy(node, x.start_txid, x.end_txid, False))
+        out: list[list[SegmentCopy]] = []
+        for start in sorted(groups):
+            copies = groups[start]
+            ends = {c.end for c in copies}
+            if len(ends) > 1:
+                raise CorruptFrameError(f"finalized copies of segment {start} disagree on their end: {sorted(ends)}")
+            out.append(sorted(copies, key=lambda c: c.node))
+        return out
+
+    def _read_finalized(self) -> Iterator[Record]:
+        for copies in self._finalized_copies():
+            start, end = copies[0].start, copies[0].end
+            if start > self.next_txid:
+                raise NotFoundError(
+                    f"gap in the journal: next txid {self.next_txid} is in no finalized segment the nodes listed "
+                    f"(next segment starts at {start})"
+                )
+            errors: dict[str, BaseException] = {}
+            for copy in copies:
+                try:
+                    yield from self._stream_segment(copy)
+                    break
+                except QJMError as e:
+                    errors[copy.node] = e
+                    self.failovers += 1
+                    log.warning("reading segment %d from %s failed (%s); failing over", start, copy.node, e)
+            if self.next_txid <= end:
+                raise QuorumError(f"no replica could serve segment {start}-{end}", causes=errors)
+
+    def _stream_segment(self, copy: SegmentCopy) -> Iterator[Record]:
+        """Parse frames as chunks arrive, so a reader gets records before a large download ends."""
+        buf = bytearray()
+        header_done = False
+        pos = 0
+        for chunk in self.qjm.loggers.by_name(copy.node).read_segment(copy.start):
+            buf += chunk
+            if not header_done:
+                if len(buf) < SEGMENT_HEADER_SIZE:
+                    continue
+                framing.decode_segment_header(buf)
+                pos = SEGMENT_HEADER_SIZE
+                header_done = True
+            while len(buf) - pos >= FRAME_HEADER_SIZE:
+                h = framing.decode_header(buf, pos)
+                if len(buf) - pos < h.frame_len:
+                    break
+                yield from self._records_of(buf, pos, h.first_txid, copy.end)
+                pos += h.frame_len
+            if pos > (1 << 22):
+                del buf[:pos]
+                pos = 0
+        if self.next_txid <= copy.end:
+            raise CorruptFrameError(f"{copy.node}: segment {copy.start} ended at txid {self.next_txid - 1}, not {copy.end}")
+
+    def _records_of(self, buf: bytes | bytearray, pos: int, first: int, limit: int) -> Iterator[Record]:
+        if first > self.next_txid:
+            raise CorruptFrameError(f"txid gap: expected {self.next_txid}, frame starts at {first}")
+        recs = framing.decode_records(buf, pos)
+        for i, rec in enumerate(recs):
+            txid = first + i
+            if txid > limit:
+                return
+            if txid == self.next_txid:
+                self.next_txid += 1
+                yield txid, rec
+
+    # -- the in-progress segment -------------------------------------------------------------
+
+    def _read_in_progress(self) -> Iterator[Record]:
+        since = self.next_txid
+        call = self.qjm.loggers.call(lambda lg: lg.get_journaled_edits(since, self.max_txns))
+        try:
+            call.wait_for(
+                self.qjm.loggers.size,
+                0,
+                self.qjm.loggers.size - self.qjm.loggers.majority,
+                self.qjm.config.timeouts.select_input_streams,
+                "get_journaled_edits",
+            )
+        except QuorumError:
+            pass
+        replies = {n: r for n, r in call.successes.items() if r.txn_count > 0}
+        if not replies:
+            return
+        # Only the newest writer's frames count (an older writer may still be writing to a
+        # partitioned node); nodes answering for another epoch count as holding nothing.
+        epochs = {n: framing.decode_header(r.frames).epoch for n, r in replies.items()}
+        newest = max(epochs.values())
+        counts = sorted(
+            (r.txn_count if epochs.get(n) == newest else 0 for n, r in replies.items()),
+            reverse=True,
+        )
+        counts += [0] * (self.qjm.loggers.size - len(counts))
+        durable = counts[majority(self.qjm.loggers.size) - 1]
+        if durable <= 0:
+            return
+        source = max((n for n in replies if epochs[n] == newest), key=lambda n: replies[n].txn_count)
+        yield from self._records_from_edits(replies[source], since + durable - 1)
+
+    def _records_from_edits(self, edits: JournaledEdits, limit: int) -> Iterator[Record]:
+        buf = edits.frames
+        pos = 0
+        while pos < len(buf) and self.next_txid <= limit:
+            h = framing.verify_frame(buf, pos)
+            yield from self._records_of(buf, pos, h.first_txid, limit)
+            pos += h.frame_len
+
+
+def open_reader(
+    uri: str,
+    from_txid: int = 1,
+    *,
+    include_in_progress: bool = False,
+    config: QJMConfig | None = None,
+) -> Reader:
+    """A reader of ``uri`` from ``from_txid``; needs no epoch, so it never disturbs the writer."""
+    return Reader(QuorumJournalManager(uri, config=config), from_txid, include_in_progress=include_in_progress)

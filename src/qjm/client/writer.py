@@ -1,0 +1,266 @@
+"""The writer users hold: ``open_writer(uri)`` → ``Writer`` with append / sync / roll / close.
+
+Records are framed into batches (closed by size, by time or by ``sync``); each batch goes to every
+in-sync node at once and is committed when a majority has it on disk. Batches are pipelined: up
+to ``max_inflight_batches`` may await their quorum while new records are appended.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from qjm._native import framing
+from qjm.client.loggers import CallHooks
+from qjm.client.manager import QuorumJournalManager
+from qjm.client.quorum import QuorumCall
+from qjm.config import QJMConfig, config_from
+from qjm.errors import FencedError, NotFormattedError, QJMError, QuorumError
+
+log = logging.getLogger("qjm.writer")
+
+Buffer = bytes | bytearray | memoryview
+
+
+@dataclass(slots=True)
+class _Batch:
+    first: int
+    last: int
+    call: QuorumCall[int]
+
+
+def _as_fenced(e: QuorumError) -> QJMError:
+    """A quorum lost to a newer writer is reported as fencing, the thing the caller must act on."""
+    for cause in e.causes.values():
+        if isinstance(cause, FencedError):
+            f = FencedError(
+                f"fenced: a newer writer holds the journal ({cause})",
+                request_epoch=cause.request_epoch,
+                promised_epoch=cause.promised_epoch,
+            )
+            f.__cause__ = e
+            return f
+    return e
+
+
+class Writer:
+    """The single, fenced writer of a journal. Thread-safe; not reusable after an error or close."""
+
+    def __init__(self, qjm: QuorumJournalManager, last_txid: int) -> None:
+        self.qjm = qjm
+        self.config = qjm.config
+        self._lock = threading.RLock()
+        self._builder = framing.FrameBuilder()
+        self._next_txid = last_txid + 1
+        self._batch_first = self._next_txid
+        self._segment = 0
+        self._inflight: collections.deque[_Batch] = collections.deque()
+        self._committed = last_txid
+        self._error: QJMError | None = None
+        self._closed = False
+        self._batch_opened = threading.Condition(self._lock)
+        self._batch_started_at = 0.0
+        self._start_segment(self._next_txid)
+        self._flusher = threading.Thread(target=self._flush_by_time, name="qjm-batch-timer", daemon=True)
+        self._flusher.start()
+
+    # -- public API --------------------------------------------------------------------------
+
+    @property
+    def epoch(self) -> int:
+        return self.qjm.epoch
+
+    @property
+    def last_txid(self) -> int:
+        """The txid of the last record appended (committed or not)."""
+        return self._next_txid - 1
+
+    @property
+    def committed_txid(self) -> int:
+        """Every txid up to this one is on a majority of nodes."""
+        return self._committed
+
+    @property
+    def segment_txid(self) -> int:
+        return self._segment
+
+    def append(self, record: Buffer) -> int:
+        """Add one record to the open batch; returns its txid. Durable only after ``sync``."""
+        with self._lock:
+            self._check()
+            self._builder.add(record)
+            txid = self._next_txid
+            self._next_txid += 1
+            self._after_add()
+            return txid
+
+    def append_many(self, records: Iterable[Buffer]) -> int:
+        """Add many records; returns the txid of the last one."""
+        with self._lock:
+            self._check()
+            before = self._builder.count
+            self._builder.add_many(records)
+            self._next_txid += self._builder.count - before
+            self._after_add()
+            return self._next_txid - 1
+
+    def sync(self) -> int:
+        """Return once everything appended so far is durable on a majority; returns that txid."""
+        with self._lock:
+            self._check()
+            self._flush()
+            target = self._next_txid - 1
+        self._wait_until(target)
+        return target
+
+    def roll(self) -> int:
+        """Finalize the current segment and start the next; returns the new segment's first txid."""
+        with self._lock:
+            self.sync()
+            if self._next_txid > self._segment:
+                try:
+                    self.qjm.finalize_log_segment(self._segment, self._next_txid - 1)
+                    self._start_segment(self._next_txid)
+                except QuorumError as e:
+                    raise self._fail(_as_fenced(e)) from None
+            return self._segment
+
+    def close(self) -> None:
+        """Sync, finalize the segment, release the nodes. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                if self._error is None:
+                    self.sync()
+                    if self._next_txid > self._segment:
+                        self.qjm.finalize_log_segment(self._segment, self._next_txid - 1)
+            except QuorumError as e:
+                raise self._fail(_as_fenced(e)) from None
+            finally:
+                self._closed = True
+                self._batch_opened.notify_all()
+                # let lagging in-sync nodes finish the finalize too, so they need no recovery later
+                self.qjm.close(grace=self.config.close_grace if self._error is None else 0.0)
+
+    def abort(self) -> None:
+        """Drop the writer without finalizing (what a crash leaves behind)."""
+        with self._lock:
+            self._closed = True
+            self._batch_opened.notify_all()
+            self.qjm.close()
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _check(self) -> None:
+        if self._error is not None:
+            raise self._error
+        if self._closed:
+            raise QJMError("writer is closed")
+
+    def _fail(self, e: QJMError) -> QJMError:
+        if self._error is None:
+            self._error = e
+            log.error("journal %s: writer in epoch %d failed: %s", self.qjm.journal_id, self.epoch, e)
+        return self._error
+
+    def _start_segment(self, txid: int) -> None:
+        try:
+            self.qjm.start_log_segment(txid)
+        except QuorumError as e:
+            raise self._fail(_as_fenced(e)) from None
+        self._segment = txid
+
+    def _after_add(self) -> None:
+        if self._builder.nbytes >= self.config.batch_bytes:
+            self._flush()
+        elif self._builder.count and not self._batch_started_at:
+            self._batch_started_at = 1.0
+            self._batch_opened.notify()
+
+    def _flush(self) -> None:
+        """Close the open batch and send it (lock held)."""
+        self._batch_started_at = 0.0
+        if not self._builder.count:
+            return
+        first = self._batch_first
+        last = self._next_txid - 1
+        frame = self._builder.take(epoch=self.qjm.epoch, segment_txid=self._segment, first_txid=first)
+        self._batch_first = last + 1
+        self._inflight.append(_Batch(first, last, self.qjm.send_batch(frame, first, last)))
+        while len(self._inflight) > self.config.max_inflight_batches:
+            self._reap_oldest()
+
+    def _reap_oldest(self) -> None:
+        b = self._inflight[0]
+        try:
+            b.call.wait_for_write_quorum(self.config.timeouts.write_txns, f"journal({b.first}-{b.last})")
+        except QuorumError as e:
+            raise self._fail(_as_fenced(e)) from None
+        self._inflight.popleft()
+        if b.last > self._committed:
+            self._committed = b.last
+            self.qjm.set_committed_txid(b.last)
+
+    def _wait_until(self, target: int) -> None:
+        with self._lock:
+            while self._inflight and self._inflight[0].first <= target:
+                self._reap_oldest()
+            self._check()
+
+    def _flush_by_time(self) -> None:
+        delay = self.config.batch_delay
+        with self._lock:
+            while not self._closed:
+                if not self._batch_started_at:
+                    self._batch_opened.wait()
+                    continue
+                self._batch_opened.wait(delay)
+                if self._closed or self._error is not None:
+                    return
+                if self._batch_started_at:
+                    try:
+                        self._flush()
+                    except QJMError:
+                        return
+
+
+def open_writer(
+    uri: str,
+    *,
+    config: QJMConfig | None = None,
+    hooks: CallHooks | None = None,
+    create: bool = False,
+    **options: object,
+) -> Writer:
+    """Become the journal's writer: fence older writers, recover the log, start a new segment.
+
+    ``create=True`` formats the journal when no node has it yet. Extra keyword options set
+    ``QJMConfig`` fields (``batch_bytes=...``) or timeouts (``write_txns_timeout=5``).
+    """
+    cfg = config or config_from(dict(options))
+    qjm = QuorumJournalManager(uri, config=cfg, hooks=hooks)
+    try:
+        if not qjm.is_formatted():
+            if not create:
+                raise NotFormattedError(
+                    f"journal {qjm.journal_id} is not formatted on any node; run `qjm format {uri}` or pass create=True"
+                )
+            qjm.format()
+        last = qjm.recover_unfinalized_segments()
+        return Writer(qjm, last)
+    except BaseException:
+        qjm.close()
+        raise

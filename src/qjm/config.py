@@ -1,0 +1,132 @@
+"""Settings: the ``qjournal://`` URI, journal-id rules and the client's timeouts (Hadoop defaults)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from qjm.errors import ConfigError, JournalIdError
+
+DEFAULT_RPC_PORT = 8485
+_JID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
+
+
+def validate_journal_id(jid: str) -> str:
+    """Refuse ids that could leave the data directory or confuse the layout (reference §1.3).
+
+    Stricter than Hadoop on purpose: letters, digits, ``_ . -``; no leading dot, at most 128 chars.
+    """
+    if not isinstance(jid, str) or not _JID.fullmatch(jid) or jid in (".", ".."):
+        raise JournalIdError(f"bad journal id {jid!r}: use 1-128 of [A-Za-z0-9_.-], not starting with '.' or '-'")
+    return jid
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAddress:
+    """A JournalNode's control-plane address; its data-plane port is learnt from the node."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class JournalURI:
+    nodes: tuple[NodeAddress, ...]
+    journal_id: str
+
+    def __str__(self) -> str:
+        return "qjournal://" + ";".join(map(str, self.nodes)) + "/" + self.journal_id
+
+
+def parse_uri(uri: str) -> JournalURI:
+    """``qjournal://h1:p1;h2:p2;h3:p3/journal-id`` → nodes and journal id (reference §3.1)."""
+    prefix = "qjournal://"
+    if not isinstance(uri, str) or not uri.startswith(prefix):
+        raise ConfigError(f"not a qjournal URI: {uri!r} (expected qjournal://host:port;host:port/journal-id)")
+    rest = uri[len(prefix) :]
+    if "/" not in rest:
+        raise ConfigError(f"qjournal URI {uri!r} names no journal id after the node list")
+    authority, jid = rest.split("/", 1)
+    nodes: list[NodeAddress] = []
+    for part in authority.split(";"):
+        part = part.strip()
+        if not part:
+            raise ConfigError(f"empty node address in {uri!r}")
+        host, sep, port_s = part.rpartition(":")
+        if not sep:
+            host, port_s = part, str(DEFAULT_RPC_PORT)
+        host = host.strip("[]")
+        try:
+            port = int(port_s)
+        except ValueError:
+            raise ConfigError(f"bad port {port_s!r} in {uri!r}") from None
+        if not host or not 0 < port < 65536:
+            raise ConfigError(f"bad node address {part!r} in {uri!r}")
+        nodes.append(NodeAddress(host, port))
+    if len(set(nodes)) != len(nodes):
+        raise ConfigError(f"a node is listed twice in {uri!r}")
+    return JournalURI(tuple(nodes), validate_journal_id(jid))
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """Quorum waits in seconds; defaults are Hadoop's (reference §5.2)."""
+
+    get_journal_state: float = 120.0
+    new_epoch: float = 120.0
+    prepare_recovery: float = 120.0
+    accept_recovery: float = 120.0
+    finalize_segment: float = 120.0
+    start_segment: float = 20.0
+    write_txns: float = 20.0
+    select_input_streams: float = 20.0
+    operations: float = 60.0
+    connect: float = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class QJMConfig:
+    """Client settings. ``batch_bytes``/``batch_delay`` close a batch by size or by time."""
+
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    queued_edits_limit_bytes: int = 10 * 1024 * 1024
+    batch_bytes: int = 64 * 1024
+    batch_delay: float = 0.002
+    max_inflight_batches: int = 64
+    close_grace: float = 2.0
+    namespace_id: int = 0x514A4D  # "QJM"
+    cluster_id: str = "qjm"
+
+    def with_timeouts(self, **kw: float) -> QJMConfig:
+        return replace(self, timeouts=replace(self.timeouts, **kw))
+
+    def validate(self) -> QJMConfig:
+        if self.batch_bytes <= 0 or self.batch_delay < 0 or self.max_inflight_batches < 1:
+            raise ConfigError("batch_bytes must be > 0, batch_delay >= 0 and max_inflight_batches >= 1")
+        if self.queued_edits_limit_bytes < 0:
+            raise ConfigError("queued_edits_limit_bytes must be >= 0")
+        for name in Timeouts.__dataclass_fields__:
+            if getattr(self.timeouts, name) <= 0:
+                raise ConfigError(f"timeout {name} must be > 0")
+        return self
+
+
+def config_from(options: dict[str, Any] | None = None) -> QJMConfig:
+    """Build a config from flat keyword options (``write_txns_timeout=5`` sets a timeout)."""
+    cfg = QJMConfig()
+    if not options:
+        return cfg
+    tkw: dict[str, float] = {}
+    kw: dict[str, Any] = {}
+    for k, v in options.items():
+        if k.endswith("_timeout") and k[: -len("_timeout")] in Timeouts.__dataclass_fields__:
+            tkw[k[: -len("_timeout")]] = float(v)
+        elif k in QJMConfig.__dataclass_fields__ and k != "timeouts":
+            kw[k] = v
+        else:
+            raise ConfigError(f"unknown option {k!r}")
+    return replace(cfg, timeouts=replace(cfg.timeouts, **tkw), **kw).validate()

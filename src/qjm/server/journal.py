@@ -1,0 +1,605 @@
+"""Journal: the per-journal state machine of a JournalNode (design §2, reference §1.3-1.4).
+
+Pure protocol: storage, the segment fetcher used by accept_recovery, the clock and the fault hooks
+are all injected, so the deterministic simulation runs this same code in memory. One lock
+serialises every call for a journal, like Hadoop's ``synchronized`` Journal methods.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from qjm._native import framing
+from qjm.errors import (
+    AlreadyFormattedError,
+    CorruptFrameError,
+    EpochError,
+    FencedError,
+    InvariantViolation,
+    NamespaceMismatchError,
+    NotFormattedError,
+    NotFoundError,
+    OutOfOrderError,
+    OutOfSyncError,
+    SegmentStateError,
+)
+from qjm.protocol.frame import SEGMENT_HEADER_SIZE, FrameHeader
+from qjm.protocol.messages import (
+    NO_TXID,
+    EditLogManifest,
+    JournaledEdits,
+    JournalState,
+    NamespaceInfo,
+    NewEpochResponse,
+    PersistedPaxosData,
+    PrepareRecoveryResponse,
+    RemoteEditLog,
+    RequestInfo,
+    SegmentState,
+)
+from qjm.server.storage import JournalStorage, SegmentAppender, SegmentFile, scan_segment_bytes
+
+log = logging.getLogger("qjm.journal")
+
+PROMISED = "last-promised-epoch"
+WRITER = "last-writer-epoch"
+COMMITTED = "committed-txid"
+
+SegmentFetcher = Callable[[str, str, int], bytes]
+"""fetch(source, journal_id, segment_txid) -> the whole segment file from another node."""
+
+
+class JournalHooks:
+    """Server-side fault points (no-ops here; ``qjm.testing.faults`` supplies real ones)."""
+
+    def before_persist_paxos(self, journal_id: str, segment: int) -> None:
+        """Called just before an accepted recovery is made durable."""
+
+    def after_persist_paxos(self, journal_id: str, segment: int) -> None:
+        """Called just after it is durable, before the downloaded copy is renamed in."""
+
+    def before_append(self, journal_id: str, first_txid: int) -> None:
+        """Called before a batch is written to the open segment."""
+
+
+@dataclass(slots=True)
+class _OpenSegment:
+    start: int
+    appender: SegmentAppender
+    next_txid: int
+    # (first_txid, last_txid, offset, length) of each frame, for tailing without rescanning
+    index: list[tuple[int, int, int, int]]
+
+
+def _no_fetcher(source: str, journal_id: str, segment: int) -> bytes:
+    raise NotFoundError(f"this node cannot download segment {segment} from {source}: no fetcher configured")
+
+
+class Journal:
+    """One journal on one node. Every public method is one RPC of the protocol."""
+
+    def __init__(
+        self,
+        storage: JournalStorage,
+        *,
+        fetcher: SegmentFetcher = _no_fetcher,
+        clock: Callable[[], float] = time.monotonic,
+        hooks: JournalHooks | None = None,
+    ) -> None:
+        self.storage = storage
+        self.journal_id = storage.journal_id
+        self._fetch = fetcher
+        self._clock = clock
+        self.hooks = hooks or JournalHooks()
+        self._lock = threading.RLock()
+        self._ns = storage.read_namespace()
+        self._promised = storage.read_long(PROMISED) or 0
+        self._writer_epoch = storage.read_long(WRITER) or 0
+        committed = storage.read_long(COMMITTED)
+        self._committed = NO_TXID if committed is None else committed
+        self._serial = -1
+        self._open: _OpenSegment | None = None
+        self._highest_written = 0
+        self.last_write_time = 0.0
+        self.batches_written = 0
+        self.txns_written = 0
+        if self._ns is not None:
+            self._highest_written = self._scan_newest_on_open()
+
+    # -- checks (reference §1.3) -----------------------------------------------------------
+
+    def _check_formatted(self) -> NamespaceInfo:
+        if self._ns is None:
+            raise NotFormattedError(f"journal {self.journal_id} is not formatted on this node ({self.storage.describe()})")
+        return self._ns
+
+    def _check_request(self, req: RequestInfo) -> None:
+        """Epoch fencing on every mutating RPC (design §2.3); a newer epoch is adopted and persisted."""
+        self._check_formatted()
+        if req.epoch < self._promised:
+            raise FencedError(
+                f"epoch {req.epoch} is below the promised epoch {self._promised} of journal {self.journal_id}",
+                request_epoch=req.epoch,
+                promised_epoch=self._promised,
+            )
+        if req.epoch > self._promised:
+            self._set_promised(req.epoch)
+        if req.serial <= self._serial:
+            raise OutOfOrderError(
+                f"request serial {req.serial} is not above the last serial {self._serial} in epoch {req.epoch}",
+                expected=self._serial + 1,
+                actual=req.serial,
+            )
+        self._serial = req.serial
+        if req.committed_txid != NO_TXID:
+            self._note_committed(req.committed_txid)
+
+    def _note_committed(self, txid: int) -> None:
+        # The control and data planes are separate connections, so a notice may arrive after a
+        # newer one: the committed txid is a lower bound (reference §3.7), keep the highest seen.
+        if txid > self._committed:
+            self._committed = txid
+            self.storage.write_long(COMMITTED, txid, durable=False)
+
+    def _check_writer(self, epoch: int) -> None:
+        """Only the writer that started the open segment may append to it (seed 004)."""
+        if epoch < self._promised:
+            raise FencedError(
+                f"batch epoch {epoch} is below the promised epoch {self._promised} of journal {self.journal_id}",
+                request_epoch=epoch,
+                promised_epoch=self._promised,
+            )
+        if epoch != self._writer_epoch:
+            raise FencedError(
+                f"batch epoch {epoch} is not the writer epoch {self._writer_epoch} of journal {self.journal_id}",
+                request_epoch=epoch,
+                promised_epoch=self._promised,
+            )
+
+    def _set_promised(self, epoch: int) -> None:
+        self.storage.write_long(PROMISED, epoch)
+        self._promised = epoch
+        self._serial = -1
+
+    # -- format / state ----------------------------------------------------------------------
+
+    def format(self, ns: NamespaceInfo, force: bool = False) -> None:
+        with self._lock:
+            if ns.namespace_id == 0:
+                raise NamespaceMismatchError("cannot format with namespace id 0")
+            if not force and self.storage.has_data():
+                raise AlreadyFormattedError(
+                    f"journal {self.journal_id} on this node already holds data ({self.storage.describe()}); "
+                    "use force to wipe it"
+                )
+            self._abort_open()
+            self.storage.format(ns)
+            self._ns = ns
+            self._promised = self._writer_epoch = 0
+            self._committed = NO_TXID
+            self._serial = -1
+            self._highest_written = 0
+            log.info("formatted journal %s in %s", self.journal_id, self.storage.describe())
+
+    def is_formatted(self) -> bool:
+        return self._ns is not None
+
+    def get_journal_state(self) -> JournalState:
+        with self._lock:
+            self._check_formatted()
+            return JournalState(
+                last_promised_epoch=self._promised,
+                last_writer_epoch=self._writer_epoch,
+                committed_txid=self._committed,
+                highest_written_txid=self._highest_written,
+                open_segment_txid=self._open.start if self._open else 0,
+            )
+
+    @property
+    def namespace(self) -> NamespaceInfo | None:
+        return self._ns
+
+    # -- fencing -----------------------------------------------------------------------------
+
+    def new_epoch(self, ns: NamespaceInfo, epoch: int) -> NewEpochResponse:
+        """Promise never to accept a lower epoch again (design §2.5 step 3)."""
+        with self._lock:
+            mine = self._check_formatted()
+            if (ns.namespace_id, ns.cluster_id) != (mine.namespace_id, mine.cluster_id):
+                raise NamespaceMismatchError(
+                    f"journal {self.journal_id} belongs to namespace {mine.namespace_id}/{mine.cluster_id}, "
+                    f"not {ns.namespace_id}/{ns.cluster_id}"
+                )
+            if epoch <= self._promised:
+                raise EpochError(f"proposed epoch {epoch} <= last promise {self._promised}")
+            self._set_promised(epoch)
+            self._abort_open()
+            newest = self._newest_segment_with_txns()
+            return NewEpochResponse(newest.start if newest else None)
+
+    def heartbeat(self, req: RequestInfo) -> None:
+        with self._lock:
+            self._check_request(req)
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def start_log_segment(self, req: RequestInfo, txid: int) -> None:
+        with self._lock:
+            self._check_request(req)
+            if txid < 1:
+                raise SegmentStateError(f"segment txid must be >= 1, got {txid}")
+            self._abort_open()
+            for seg in self.storage.list_segments():
+                if seg.start != txid:
+                    if seg.end is not None and seg.start < txid <= seg.end:
+                        raise SegmentStateError(f"txid {txid} lies inside finalized segment {seg.name}")
+                    continue
+                if not seg.in_progress:
+                    raise SegmentStateError(f"already have a finalized segment {seg.name} at txid {txid}")
+                res = self._scan(seg, repair=True)
+                if res is not None and res.frame_count > 0:
+                    raise SegmentStateError(
+                        f"in-progress segment {seg.name} already holds txids {txid}-{res.last_txid}; refusing to overwrite"
+                    )
+            if self._writer_epoch != req.epoch:
+                self.storage.write_long(WRITER, req.epoch)
+                self._writer_epoch = req.epoch
+            self.storage.delete_paxos(txid)
+            appender = self.storage.create_segment(txid, framing.encode_segment_header(txid, req.epoch))
+            self._open = _OpenSegment(txid, appender, txid, [])
+            self._highest_written = max(self._highest_written, txid - 1)
+
+    def journal(self, frames: Sequence[bytes]) -> int:
+        """Append a run of pipelined frames and make them durable with one fdatasync (group commit).
+
+        Each frame is verified and checked for epoch and txid continuity before any byte of it is
+        written; the node acknowledges only what this returns, i.e. what is on disk (invariant 4).
+        Returns the highest durable txid of the open segment.
+        """
+        with self._lock:
+            self._check_formatted()
+            seg = self._open
+            written = 0
+            try:
+                for frame in frames:
+                    h = framing.verify_frame(frame)
+                    self._check_writer(h.epoch)
+                    if seg is None:
+                        raise OutOfSyncError(f"cannot write to journal {self.journal_id}: no segment is open on this node")
+                    if h.segment_txid != seg.start:
+                        self._abort_open()
+                        raise OutOfSyncError(
+                            f"writer thinks it is writing segment {h.segment_txid} but the open segment is {seg.start}"
+                        )
+                    if h.first_txid != seg.next_txid:
+                        raise OutOfOrderError(
+                            f"frame starts at txid {h.first_txid}, expected {seg.next_txid}",
+                            expected=seg.next_txid,
+                            actual=h.first_txid,
+                        )
+                    self.hooks.before_append(self.journal_id, h.first_txid)
+                    offset = seg.appender.size
+                    seg.appender.append(frame)
+                    seg.index.append((h.first_txid, h.last_txid, offset, len(frame)))
+                    seg.next_txid = h.last_txid + 1
+                    written += 1
+            except BaseException as e:
+                # What was appended before the bad frame is still made durable and acknowledged.
+                durable = self._highest_written if seg is not None else 0
+                if written and seg is not None and self._open is seg:
+                    self._sync_or_abort(seg)
+                    durable = seg.next_txid - 1
+                e.durable_txid = durable  # type: ignore[attr-defined]
+                raise
+            if seg is None:
+                raise OutOfSyncError(f"cannot write to journal {self.journal_id}: no segment is open on this node")
+            if written:
+                self._sync_or_abort(seg)
+            return seg.next_txid - 1
+
+    def _sync_or_abort(self, seg: _OpenSegment) -> None:
+        try:
+            seg.appender.sync()
+        except Exception:
+            # Nothing after the last durable point may be acknowledged: drop the open segment so the
+            # writer marks this node out of sync; a torn tail is repaired when the file is next scanned.
+            log.exception("journal %s: sync of segment %d failed; closing it", self.journal_id, seg.start)
+            self._abort_open()
+            raise
+        self._highest_written = seg.next_txid - 1
+        self.batches_written += 1
+        self.last_write_time = self._clock()
+
+    def note_committed(self, epoch: int, txid: int) -> None:
+        """The writer's data plane says a quorum holds everything through ``txid``."""
+        with self._lock:
+            self._check_writer(epoch)
+            self._note_committed(txid)
+
+    def finalize_log_segment(self, req: RequestInfo, start: int, end: int) -> None:
+        with self._lock:
+            self._check_request(req)
+            self._finalize(start, end)
+
+    def _finalize(self, start: int, end: int) -> None:
+        if self._open is not None and self._open.start == start:
+            seg = self._open
+            if seg.next_txid != end + 1:
+                raise OutOfSyncError(
+                    f"cannot finalize segment {start} at {end}: it is written only through {seg.next_txid - 1}"
+                )
+            self._abort_open()
+        current = self._find(start)
+        if current is None:
+            raise NotFoundError(f"no segment starting at txid {start} to finalize")
+        if not current.in_progress:
+            if current.end != end:
+                raise InvariantViolation(
+                    f"segment {start} is already finalized at {current.end}; refusing to re-finalize at {end}"
+                )
+            self.storage.delete_paxos(start)
+            return
+        res = self._scan(current, repair=True)
+        last = res.last_txid if res is not None else start - 1
+        if last != end:
+            raise OutOfSyncError(f"cannot finalize segment {start} at {end}: the log on disk ends at {last}")
+        assert res is not None
+        self.storage.finalize_segment(start, end, res.valid_end)
+        self.storage.delete_paxos(start)
+        self._highest_written = max(self._highest_written, end)
+        log.info("journal %s: finalized segment %d-%d", self.journal_id, start, end)
+
+    def purge_logs(self, req: RequestInfo, min_txid_to_keep: int) -> None:
+        with self._lock:
+            self._check_request(req)
+            for seg in self.storage.list_segments():
+                if self._open is not None and seg.start == self._open.start:
+                    continue
+                if seg.end is not None and seg.end < min_txid_to_keep:
+                    self.storage.delete_segment(seg)
+                elif seg.in_progress and seg.start < min_txid_to_keep:
+                    self.storage.delete_segment(seg)
+                elif seg.in_progress:
+                    self.storage.move_aside(seg, ".stale")
+            for p in self.storage.list_paxos():
+                if p < min_txid_to_keep:
+                    self.storage.delete_paxos(p)
+
+    # -- recovery (design §2.8) -------------------------------------------------------------
+
+    def prepare_recovery(self, req: RequestInfo, segment: int) -> PrepareRecoveryResponse:
+        """Paxos phase 1: report the segment as on disk, or the proposal accepted earlier."""
+        with self._lock:
+            self._check_request(req)
+            self._abort_open()
+            paxos = self.storage.read_paxos(segment)
+            if paxos is not None and self.storage.has_temp_segment(segment, paxos.accepted_in_epoch):
+                # crashed between the paxos commit point and the rename: roll forward (reference §2.4)
+                self.storage.promote_temp_segment(segment, paxos.accepted_in_epoch)
+            state = self._segment_state(segment)
+            if paxos is not None and (state is None or state.in_progress):
+                if state is None or state.end_txid != paxos.segment_state.end_txid:
+                    raise InvariantViolation(
+                        f"segment {segment} on disk is {state} but the accepted recovery says {paxos.segment_state}"
+                    )
+                return PrepareRecoveryResponse(state, paxos.accepted_in_epoch, self._writer_epoch, self._committed)
+            return PrepareRecoveryResponse(state, None, self._writer_epoch, self._committed)
+
+    def accept_recovery(self, req: RequestInfo, state: SegmentState, source: str) -> None:
+        """Paxos phase 2: make the chosen copy ours, then persist the decision (the commit point)."""
+        with self._lock:
+            self._check_request(req)
+            self._abort_open()
+            seg = state.start_txid
+            if seg < 1 or state.end_txid < seg:
+                raise SegmentStateError(f"bad recovery state {state}")
+            old = self.storage.read_paxos(seg)
+            if old is not None and old.accepted_in_epoch > req.epoch:
+                raise InvariantViolation(
+                    f"bad paxos transition: accepted in epoch {old.accepted_in_epoch}, now asked in {req.epoch}"
+                )
+            current = self._segment_state(seg)
+            downloaded = False
+            if current is None or current.end_txid != state.end_txid:
+                if current is not None and not current.in_progress:
+                    raise InvariantViolation(
+                        f"recovery would change finalized segment {current} to end at {state.end_txid}"
+                    )
+                if (
+                    current is not None
+                    and current.start_txid <= self._committed <= current.end_txid
+                    and not state.start_txid <= self._committed <= state.end_txid
+                ):
+                    raise InvariantViolation(
+                        f"recovery to {state} would discard committed txid {self._committed} held in {current}"
+                    )
+                data = self._fetch(source, self.journal_id, seg)
+                res = scan_segment_bytes(data, seg)
+                if res.last_txid != state.end_txid:
+                    raise CorruptFrameError(
+                        f"downloaded segment {seg} from {source} ends at {res.last_txid}, not {state.end_txid}",
+                        reason="recovery_length",
+                    )
+                self.storage.write_temp_segment(seg, req.epoch, data[: res.valid_end])
+                downloaded = True
+            self.hooks.before_persist_paxos(self.journal_id, seg)
+            self.storage.write_paxos(seg, PersistedPaxosData(state, req.epoch))
+            self.hooks.after_persist_paxos(self.journal_id, seg)
+            if downloaded:
+                self.storage.promote_temp_segment(seg, req.epoch)
+            self._highest_written = max(self._highest_written, state.end_txid)
+            log.info("journal %s: accepted recovery %s in epoch %d", self.journal_id, state, req.epoch)
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def get_edit_log_manifest(self, since_txid: int, in_progress_ok: bool = False) -> EditLogManifest:
+        with self._lock:
+            self._check_formatted()
+            logs: list[RemoteEditLog] = []
+            for seg in self.storage.list_segments():
+                if seg.end is not None:
+                    if seg.end >= since_txid:
+                        logs.append(RemoteEditLog(seg.start, seg.end, False))
+                elif in_progress_ok:
+                    if self._open is not None and self._open.start == seg.start:
+                        end = self._open.next_txid - 1
+                    else:
+                        res = self._scan(seg, repair=False)
+                        end = res.last_txid if res is not None else seg.start - 1
+                    if end >= seg.start and end >= since_txid:
+                        logs.append(RemoteEditLog(seg.start, end, True))
+            return EditLogManifest(tuple(logs), self._committed)
+
+    def get_journaled_edits(self, since_txid: int, max_txns: int) -> JournaledEdits:
+        """Whole frames of the open segment from ``since_txid`` on (the tailing fast path, reference §4.3)."""
+        with self._lock:
+            self._check_formatted()
+            seg = self._open
+            if seg is None or since_txid < seg.start:
+                raise NotFoundError(f"txid {since_txid} is not in an open segment on this node")
+            if since_txid == seg.next_txid:
+                return JournaledEdits(0)
+            if since_txid > seg.next_txid:
+                raise NotFoundError(f"txid {since_txid} is ahead of this node's log (next is {seg.next_txid})")
+            picked = [f for f in seg.index if f[1] >= since_txid]
+            out: list[tuple[int, int, int, int]] = []
+            count = 0
+            for f in picked:
+                out.append(f)
+                count = f[1] - since_txid + 1
+                if count >= max_txns:
+                    break
+            count = min(count, max_txns)
+            lo, hi = out[0][2], out[-1][2] + out[-1][3]
+            data = self.storage.read_segment(SegmentFile(seg.start, None, _inprogress(seg.start)), lo, hi - lo)
+            return JournaledEdits(count, data)
+
+    def read_segment_file(self, segment: int) -> tuple[bytes, SegmentState]:
+        """The segment's valid bytes (header and whole frames), for recovery downloads and readers."""
+        with self._lock:
+            self._check_formatted()
+            seg = self._find(segment)
+            if seg is None:
+                raise NotFoundError(f"no segment starting at txid {segment} on this node")
+            data = self.storage.read_segment(seg)
+            res = scan_segment_bytes(data, segment)
+            if seg.end is not None and res.last_txid != seg.end:
+                raise CorruptFrameError(
+                    f"finalized segment {seg.name} is damaged: valid frames end at {res.last_txid}, not {seg.end} "
+                    f"({res.error})",
+                    reason="finalized_damaged",
+                )
+            return data[: res.valid_end], SegmentState(segment, res.last_txid, seg.in_progress)
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _abort_open(self) -> None:
+        if self._open is not None:
+            self._open.appender.close()
+            self._open = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._abort_open()
+
+    def _find(self, start: int) -> SegmentFile | None:
+        for seg in self.storage.list_segments():
+            if seg.start == start:
+                return seg
+        return None
+
+    def _scan(self, seg: SegmentFile, *, repair: bool) -> framing.ScanResult | None:
+        """Scan a segment; for an in-progress one with ``repair``, cut a torn tail (copied aside first)."""
+        data = self.storage.read_segment(seg)
+        if len(data) < SEGMENT_HEADER_SIZE and seg.in_progress:
+            if repair:
+                log.warning("journal %s: %s has no complete header; moving it aside", self.journal_id, seg.name)
+                self.storage.move_aside(seg, ".empty")
+            return None
+        try:
+            res = scan_segment_bytes(data, seg.start)
+        except CorruptFrameError as e:
+            if not seg.in_progress:
+                raise
+            if repair:
+                log.warning("journal %s: %s has a corrupt header (%s); moving it aside", self.journal_id, seg.name, e)
+                self.storage.move_aside(seg, ".corrupt")
+            return None
+        if res.tail != "clean" and seg.in_progress and repair:
+            log.warning(
+                "journal %s: %s has a torn tail at offset %d (%s); truncating (tail kept beside it)",
+                self.journal_id,
+                seg.name,
+                res.valid_end,
+                res.error,
+            )
+            self.storage.truncate_inprogress(seg.start, res.valid_end)
+        return res
+
+    def _segment_state(self, start: int) -> SegmentState | None:
+        """The segment as prepare/accept see it; an in-progress one without txids is moved aside."""
+        seg = self._find(start)
+        if seg is None:
+            return None
+        if seg.end is not None:
+            return SegmentState(start, seg.end, False)
+        res = self._scan(seg, repair=True)
+        if res is None:
+            return None
+        if res.frame_count == 0:
+            self.storage.move_aside(seg, ".empty")  # design §2.10.5: an empty segment never existed
+            return None
+        return SegmentState(start, res.last_txid, True)
+
+    def _newest_segment_with_txns(self) -> SegmentFile | None:
+        """Newest segment, moving aside newest in-progress files that hold no txid (reference §1.4)."""
+        while True:
+            segs = self.storage.list_segments()
+            if not segs:
+                return None
+            newest = max(segs, key=lambda s: s.start)
+            if not newest.in_progress:
+                return newest
+            res = self._scan(newest, repair=True)
+            if res is not None and res.frame_count > 0:
+                return newest
+            if res is not None:
+                self.storage.move_aside(newest, ".empty")
+
+    def _scan_newest_on_open(self) -> int:
+        newest = self._newest_segment_with_txns()
+        if newest is None:
+            return 0
+        if newest.end is not None:
+            return newest.end
+        res = self._scan(newest, repair=False)
+        return res.last_txid if res is not None else newest.start - 1
+
+    def status(self) -> dict[str, object]:
+        """A snapshot for ``qjm status``."""
+        with self._lock:
+            return {
+                "journal_id": self.journal_id,
+                "formatted": self._ns is not None,
+                "promised_epoch": self._promised,
+                "writer_epoch": self._writer_epoch,
+                "committed_txid": self._committed,
+                "highest_written_txid": self._highest_written,
+                "open_segment": self._open.start if self._open else None,
+                "segments": [s.name for s in self.storage.list_segments()],
+                "batches_written": self.batches_written,
+            }
+
+
+def _inprogress(start: int) -> str:
+    from qjm.server.storage import inprogress_name
+
+    return inprogress_name(start)
+
+
+def frame_header_of(frame: bytes) -> FrameHeader:
+    return framing.decode_header(frame)

@@ -1,0 +1,114 @@
+"""JournalNode: wires journals on a data directory to the gRPC control plane and the TCP data plane."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from concurrent import futures
+
+import grpc
+
+from qjm._native import framing
+from qjm.errors import CorruptFrameError, NotFoundError
+from qjm.protocol import qjournal_pb2 as pb
+from qjm.protocol import qjournal_pb2_grpc as pbg
+from qjm.protocol.rpcmeta import GRPC_OPTIONS
+from qjm.server.data import DataServer
+from qjm.server.journal import Journal, JournalHooks
+from qjm.server.rpc import QJournalServicer
+from qjm.server.storage import DiskStorage
+
+log = logging.getLogger("qjm.node")
+
+
+
+def fetch_segment(source: str, journal_id: str, segment: int, timeout: float = 60.0) -> bytes:
+    """Download a segment from another node's control plane and verify what its sender vouched for."""
+    with grpc.insecure_channel(source, options=GRPC_OPTIONS) as ch:
+        stub = pbg.QJournalStub(ch)
+        parts: list[bytes] = []
+        last: pb.SegmentChunk | None = None
+        try:
+            for chunk in stub.DownloadSegment(pb.SegmentRequest(journal_id=journal_id, segment_txid=segment), timeout=timeout):
+                parts.append(chunk.data)
+                if chunk.last:
+                    last = chunk
+        except grpc.RpcError as e:
+            raise NotFoundError(f"download of segment {segment} from {source} failed: {e.details()}") from e
+    data = b"".join(parts)
+    if last is None or last.total_bytes != len(data) or last.xxh3 != framing.xxh3_64(data):
+        raise CorruptFrameError(f"download of segment {segment} from {source} arrived damaged", reason="download")
+    return data
+
+
+class JournalNode:
+    """One node: any number of journals under ``data_dir``, each created on first use."""
+
+    def __init__(
+        self,
+        data_dir: str,
+        *,
+        host: str = "127.0.0.1",
+        rpc_port: int = 0,
+        data_port: int = 0,
+        hooks: JournalHooks | None = None,
+        fetcher: Callable[[str, str, int], bytes] = fetch_segment,
+        rpc_workers: int = 16,
+    ) -> None:
+        self.data_dir = os.path.abspath(data_dir)
+        os.makedirs(self.data_dir, exist_ok=True)
+        self.host = host
+        self._hooks = hooks
+        self._fetcher = fetcher
+        self._journals: dict[str, Journal] = {}
+        self._storages: list[DiskStorage] = []
+        self._lock = threading.Lock()
+        self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=rpc_workers), options=GRPC_OPTIONS)
+        pbg.add_QJournalServicer_to_server(QJournalServicer(self.get_journal, lambda: self.data_address), self._grpc)
+        self.rpc_port = self._grpc.add_insecure_port(f"{host}:{rpc_port}")
+        if self.rpc_port == 0:
+            raise OSError(f"cannot bind the control plane to {host}:{rpc_port}")
+        self._data = DataServer((host, data_port), self.get_journal)
+        self.data_port = self._data.server_address[1]
+        self._data_thread: threading.Thread | None = None
+
+    @property
+    def rpc_address(self) -> str:
+        return f"{self.host}:{self.rpc_port}"
+
+    @property
+    def data_address(self) -> str:
+        return f"{self.host}:{self.data_port}"
+
+    def get_journal(self, journal_id: str) -> Journal:
+        with self._lock:
+            j = self._journals.get(journal_id)
+            if j is None:
+                storage = DiskStorage(self.data_dir, journal_id)  # validates the id, takes the lock
+                self._storages.append(storage)
+                j = Journal(storage, fetcher=self._fetcher, hooks=self._hooks)
+                self._journals[journal_id] = j
+            return j
+
+    def start(self) -> JournalNode:
+        self._grpc.start()
+        self._data_thread = self._data.start()
+        log.info("JournalNode serving %s: control %s, data %s", self.data_dir, self.rpc_address, self.data_address)
+        return self
+
+    def stop(self, grace: float | None = None) -> None:
+        self._data.shutdown()
+        self._data.server_close()
+        self._grpc.stop(grace).wait()
+        with self._lock:
+            for j in self._journals.values():
+                j.close()
+            for s in self._storages:
+                s.close()
+            self._journals.clear()
+            self._storages.clear()
+
+    def wait(self) -> None:
+        self._grpc.wait_for_termination()

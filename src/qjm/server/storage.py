@@ -1,0 +1,436 @@
+"""On-disk layout of one journal (Hadoop JNStorage, reference §2): files, atomic updates, the lock.
+
+``Journal`` holds the protocol; this module only stores. Every durable update is atomic: write a
+temporary file, fsync it, rename it over the target, fsync the directory.
+
+Layout under ``<data-dir>/<journal-id>/``::
+
+    in_use.lock                      exclusive flock while a node serves the journal
+    current/VERSION                  namespace info (key=value lines)
+    current/last-promised-epoch      decimal
+    current/last-writer-epoch        decimal
+    current/committed-txid           decimal, best effort (not fsynced)
+    current/paxos/<segment>          accepted recovery: "start end inprogress accepted_epoch"
+    current/edits_inprogress_<19 digits>
+    current/edits_<19 digits>-<19 digits>
+    current/edits_inprogress_<n>.epoch=<E>   recovery download, renamed in after paxos commit
+    current/<name>.empty|.stale|.corrupt-tail-<offset>   moved-aside files, never deleted by repair
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import re
+from dataclasses import dataclass
+from typing import Protocol
+
+from qjm._native import framing
+from qjm.config import validate_journal_id
+from qjm.errors import NotFoundError, StorageError
+from qjm.protocol.frame import SEGMENT_HEADER_SIZE
+from qjm.protocol.messages import NamespaceInfo, PersistedPaxosData, SegmentState
+
+log = logging.getLogger("qjm.storage")
+
+_INPROGRESS = re.compile(r"edits_inprogress_(\d{19})")
+_FINALIZED = re.compile(r"edits_(\d{19})-(\d{19})")
+
+
+def inprogress_name(start: int) -> str:
+    return f"edits_inprogress_{start:019d}"
+
+
+def finalized_name(start: int, end: int) -> str:
+    return f"edits_{start:019d}-{end:019d}"
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentFile:
+    """A plain-named segment file: ``end`` is None while it is in progress."""
+
+    start: int
+    end: int | None
+    name: str
+
+    @property
+    def in_progress(self) -> bool:
+        return self.end is None
+
+
+class SegmentAppender(Protocol):
+    """An open in-progress segment: appends go to the end, ``sync`` makes them durable."""
+
+    @property
+    def size(self) -> int: ...
+
+    def append(self, data: bytes) -> None: ...
+
+    def sync(self) -> None: ...
+
+    def truncate(self, size: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class JournalStorage(Protocol):
+    """What ``Journal`` needs from a disk; ``DiskStorage`` here, an in-memory one for the simulation."""
+
+    journal_id: str
+
+    def describe(self) -> str: ...
+
+    def read_namespace(self) -> NamespaceInfo | None: ...
+
+    def format(self, ns: NamespaceInfo) -> None: ...
+
+    def has_data(self) -> bool: ...
+
+    def read_long(self, name: str) -> int | None: ...
+
+    def write_long(self, name: str, value: int, *, durable: bool = True) -> None: ...
+
+    def read_paxos(self, segment: int) -> PersistedPaxosData | None: ...
+
+    def write_paxos(self, segment: int, data: PersistedPaxosData) -> None: ...
+
+    def delete_paxos(self, segment: int) -> None: ...
+
+    def list_paxos(self) -> list[int]: ...
+
+    def list_segments(self) -> list[SegmentFile]: ...
+
+    def read_segment(self, seg: SegmentFile, offset: int = 0, length: int = -1) -> bytes: ...
+
+    def create_segment(self, start: int, header: bytes) -> SegmentAppender: ...
+
+    def truncate_inprogress(self, start: int, valid_end: int) -> None: ...
+
+    def finalize_segment(self, start: int, end: int, valid_end: int) -> None: ...
+
+    def move_aside(self, seg: SegmentFile, suffix: str) -> None: ...
+
+    def delete_segment(self, seg: SegmentFile) -> None: ...
+
+    def write_temp_segment(self, start: int, epoch: int, data: bytes) -> None: ...
+
+    def has_temp_segment(self, start: int, epoch: int) -> bool: ...
+
+    def promote_temp_segment(self, start: int, epoch: int) -> None: ...
+
+    def free_bytes(self) -> int: ...
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _storage_error(what: str, e: OSError) -> StorageError:
+    hint = " (disk full)" if e.errno == errno.ENOSPC else ""
+    err = StorageError(f"{what}: {e.strerror or e}{hint}")
+    err.errno = e.errno
+    return err
+
+
+class _FileAppender:
+    """Appends with os.write on an O_APPEND-free fd at a tracked offset; sync = fdatasync."""
+
+    def __init__(self, path: str, fd: int, size: int) -> None:
+        self._path = path
+        self._fd = fd
+        self._size = size
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def append(self, data: bytes) -> None:
+        try:
+            n = os.pwrite(self._fd, data, self._size)
+            while n < len(data):
+                n += os.pwrite(self._fd, memoryview(data)[n:], self._size + n)
+        except OSError as e:
+            raise _storage_error(f"append to {self._path}", e) from e
+        self._size += len(data)
+
+    def sync(self) -> None:
+        try:
+            os.fdatasync(self._fd)
+        except OSError as e:
+            raise _storage_error(f"fdatasync {self._path}", e) from e
+
+    def truncate(self, size: int) -> None:
+        os.ftruncate(self._fd, size)
+        os.fsync(self._fd)
+        self._size = size
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+class DiskStorage:
+    """One journal's directory on a local disk, locked for the life of this object."""
+
+    def __init__(self, data_dir: str, journal_id: str) -> None:
+        self.journal_id = validate_journal_id(journal_id)
+        self.root = os.path.join(os.path.abspath(data_dir), journal_id)
+        self.current = os.path.join(self.root, "current")
+        self.paxos_dir = os.path.join(self.current, "paxos")
+        try:
+            os.makedirs(self.current, mode=0o700, exist_ok=True)
+            self._lock_fd = os.open(os.path.join(self.root, "in_use.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as e:
+            raise _storage_error(f"cannot create journal directory {self.root}", e) from e
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(self._lock_fd)
+            raise StorageError(
+                f"cannot lock storage {self.root}: another JournalNode is using this directory ({e.strerror})"
+            ) from e
+        os.ftruncate(self._lock_fd, 0)
+        os.write(self._lock_fd, f"{os.getpid()}\n".encode())
+
+    def describe(self) -> str:
+        return self.root
+
+    def close(self) -> None:
+        if self._lock_fd >= 0:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    # -- small durable files ---------------------------------------------------------------
+
+    def _path(self, name: str) -> str:
+        return os.path.join(self.current, name)
+
+    def _atomic_write(self, path: str, data: bytes, *, durable: bool = True) -> None:
+        tmp = path + ".tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                os.write(fd, data)
+                if durable:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+            if durable:
+                _fsync_dir(os.path.dirname(path))
+        except OSError as e:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise _storage_error(f"write {path}", e) from e
+
+    def read_namespace(self) -> NamespaceInfo | None:
+        try:
+            with open(self._path("VERSION"), encoding="utf-8") as f:
+                kv = dict(line.strip().split("=", 1) for line in f if "=" in line)
+            return NamespaceInfo(int(kv["namespaceID"]), kv["clusterID"], int(kv.get("cTime", "0")))
+        except FileNotFoundError:
+            return None
+        except (KeyError, ValueError) as e:
+            raise StorageError(f"unreadable VERSION in {self.current}: {e}") from e
+
+    def has_data(self) -> bool:
+        return any(n != "paxos" for n in os.listdir(self.current))
+
+    def format(self, ns: NamespaceInfo) -> None:
+        for name in os.listdir(self.current):
+            p = self._path(name)
+            if name == "paxos":
+                for q in os.listdir(p):
+                    os.unlink(os.path.join(p, q))
+            else:
+                os.unlink(p)
+        os.makedirs(self.paxos_dir, exist_ok=True)
+        body = (
+            f"namespaceID={ns.namespace_id}\nclusterID={ns.cluster_id}\ncTime={ns.ctime}\n"
+            f"storageType=JOURNAL_NODE\nlayoutVersion=1\n"
+        )
+        self._atomic_write(self._path("VERSION"), body.encode())
+
+    def read_long(self, name: str) -> int | None:
+        try:
+            with open(self._path(name), encoding="ascii") as f:
+                text = f.read().strip()
+        except FileNotFoundError:
+            return None
+        try:
+            return int(text)
+        except ValueError:
+            raise StorageError(f"unreadable {name} in {self.current}: {text[:40]!r}") from None
+
+    def write_long(self, name: str, value: int, *, durable: bool = True) -> None:
+        self._atomic_write(self._path(name), f"{value}\n".encode(), durable=durable)
+
+    def read_paxos(self, segment: int) -> PersistedPaxosData | None:
+        try:
+            with open(os.path.join(self.paxos_dir, str(segment)), encoding="ascii") as f:
+                start, end, inprog, accepted = f.readline().split()
+        except FileNotFoundError:
+            return None
+        except ValueError as e:
+            raise StorageError(f"unreadable paxos record {segment} in {self.paxos_dir}: {e}") from e
+        return PersistedPaxosData(SegmentState(int(start), int(end), inprog == "1"), int(accepted))
+
+    def write_paxos(self, segment: int, data: PersistedPaxosData) -> None:
+        os.makedirs(self.paxos_dir, exist_ok=True)  # reference §2.1: recreate a missing paxos/
+        s = data.segment_state
+        line = f"{s.start_txid} {s.end_txid} {int(s.in_progress)} {data.accepted_in_epoch}\n"
+        human = f"# accepted recovery of segment {segment}: {s} in epoch {data.accepted_in_epoch}\n"
+        self._atomic_write(os.path.join(self.paxos_dir, str(segment)), (line + human).encode())
+
+    def delete_paxos(self, segment: int) -> None:
+        try:
+            os.unlink(os.path.join(self.paxos_dir, str(segment)))
+            _fsync_dir(self.paxos_dir)
+        except FileNotFoundError:
+            pass
+
+    def list_paxos(self) -> list[int]:
+        try:
+            return sorted(int(n) for n in os.listdir(self.paxos_dir) if n.isdigit())
+        except FileNotFoundError:
+            return []
+
+    # -- segments -------------------------------------------------------------------------
+
+    def list_segments(self) -> list[SegmentFile]:
+        out: list[SegmentFile] = []
+        for name in os.listdir(self.current):
+            m = _INPROGRESS.fullmatch(name)
+            if m:
+                out.append(SegmentFile(int(m.group(1)), None, name))
+                continue
+            m = _FINALIZED.fullmatch(name)
+            if m:
+                out.append(SegmentFile(int(m.group(1)), int(m.group(2)), name))
+        out.sort(key=lambda s: (s.start, s.end is None))
+        return out
+
+    def read_segment(self, seg: SegmentFile, offset: int = 0, length: int = -1) -> bytes:
+        try:
+            with open(self._path(seg.name), "rb") as f:
+                f.seek(offset)
+                return f.read(length if length >= 0 else -1)
+        except FileNotFoundError:
+            raise NotFoundError(f"segment file {seg.name} is gone from {self.current}") from None
+        except OSError as e:
+            raise _storage_error(f"read {seg.name}", e) from e
+
+    def create_segment(self, start: int, header: bytes) -> SegmentAppender:
+        path = self._path(inprogress_name(start))
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        except OSError as e:
+            raise _storage_error(f"create {path}", e) from e
+        app = _FileAppender(path, fd, 0)
+        try:
+            app.append(header)
+            os.fsync(fd)
+            _fsync_dir(self.current)
+        except OSError as e:
+            app.close()
+            raise _storage_error(f"create {path}", e) from e
+        return app
+
+    def truncate_inprogress(self, start: int, valid_end: int) -> None:
+        """Cut a torn tail, first copying the cut bytes aside so that nothing is ever destroyed."""
+        path = self._path(inprogress_name(start))
+        size = os.path.getsize(path)
+        if size <= valid_end:
+            return
+        with open(path, "rb") as f:
+            f.seek(valid_end)
+            tail = f.read()
+        if any(tail):
+            self._atomic_write(path + f".corrupt-tail-{valid_end}", tail)
+        fd = os.open(path, os.O_RDWR)
+        try:
+            os.ftruncate(fd, valid_end)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def finalize_segment(self, start: int, end: int, valid_end: int) -> None:
+        src = self._path(inprogress_name(start))
+        dst = self._path(finalized_name(start, end))
+        if os.path.exists(dst):
+            raise StorageError(f"cannot finalize {src}: {dst} already exists")
+        try:
+            fd = os.open(src, os.O_RDWR)
+            try:
+                if os.fstat(fd).st_size != valid_end:
+                    os.ftruncate(fd, valid_end)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(src, dst)
+            _fsync_dir(self.current)
+        except OSError as e:
+            raise _storage_error(f"finalize {src}", e) from e
+
+    def move_aside(self, seg: SegmentFile, suffix: str) -> None:
+        os.replace(self._path(seg.name), self._path(seg.name + suffix))
+        _fsync_dir(self.current)
+
+    def delete_segment(self, seg: SegmentFile) -> None:
+        try:
+            os.unlink(self._path(seg.name))
+        except FileNotFoundError:
+            pass
+
+    def _temp_name(self, start: int, epoch: int) -> str:
+        return self._path(f"{inprogress_name(start)}.epoch={epoch}")
+
+    def write_temp_segment(self, start: int, epoch: int, data: bytes) -> None:
+        path = self._temp_name(start, epoch)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            _fsync_dir(self.current)
+        except OSError as e:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+            raise _storage_error(f"write recovery copy {path}", e) from e
+
+    def has_temp_segment(self, start: int, epoch: int) -> bool:
+        return os.path.exists(self._temp_name(start, epoch))
+
+    def promote_temp_segment(self, start: int, epoch: int) -> None:
+        os.replace(self._temp_name(start, epoch), self._path(inprogress_name(start)))
+        _fsync_dir(self.current)
+
+    def free_bytes(self) -> int:
+        st = os.statvfs(self.current)
+        return st.f_bavail * st.f_frsize
+
+
+def scan_segment_bytes(data: bytes, start: int) -> framing.ScanResult:
+    """Scan a whole segment file's bytes: header first, then frames."""
+    h = framing.decode_segment_header(data)
+    if h.start_txid != start:
+        from qjm.errors import CorruptFrameError
+
+        raise CorruptFrameError(f"segment file header says start {h.start_txid}, name says {start}", reason="segment")
+    return framing.scan(data, start, SEGMENT_HEADER_SIZE)

@@ -1,0 +1,109 @@
+"""Fault hooks for tests, injected as objects (never globals).
+
+``FaultPlan`` is a client-side ``CallHooks``: fail the n-th call of an operation to a node before
+it is sent, or declare the writer dead right after a node answered. ``ServerFaults`` is a node-side
+``JournalHooks``: fail or kill the node around the paxos commit point or before an append.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import Counter
+from dataclasses import dataclass
+
+from qjm.client.loggers import CallHooks
+from qjm.errors import NodeUnavailableError, StorageError, WriterCrashedError
+from qjm.server.journal import JournalHooks
+
+ANY = "*"
+
+
+@dataclass(slots=True)
+class _Rule:
+    node: str
+    op: str
+    call: int | None  # 1-based n-th call of (node, op); None: every call
+    kind: str  # "fail" | "crash"
+    fired: int = 0
+
+
+class FaultPlan(CallHooks):
+    """Client fault plan. Counts every (node, op) so sweeps can learn how many calls a run makes."""
+
+    def __init__(self) -> None:
+        self._rules: list[_Rule] = []
+        self._lock = threading.Lock()
+        self.calls: Counter[tuple[str, str]] = Counter()
+        self.injected: list[tuple[str, str, int, str]] = []
+
+    def fail_before(self, node: str, op: str = ANY, *, call: int | None = None) -> FaultPlan:
+        """The matching call to ``node`` fails before anything is sent (the node never sees it)."""
+        self._rules.append(_Rule(node, op, call, "fail"))
+        return self
+
+    def crash_after(self, node: str, op: str = ANY, *, call: int | None = None) -> FaultPlan:
+        """The writer dies right after ``node`` answered the matching call: it sends nothing more."""
+        self._rules.append(_Rule(node, op, call, "crash"))
+        return self
+
+    def clear(self) -> None:
+        with self._lock:
+            self._rules.clear()
+
+    def _match(self, node: str, op: str, n: int, kind: str) -> bool:
+        for r in self._rules:
+            if r.kind == kind and r.node in (node, ANY) and r.op in (op, ANY) and (r.call is None or r.call == n):
+                r.fired += 1
+                self.injected.append((node, op, n, kind))
+                return True
+        return False
+
+    def before(self, node: str, op: str) -> None:
+        with self._lock:
+            self.calls[(node, op)] += 1
+            n = self.calls[(node, op)]
+            hit = self._match(node, op, n, "fail")
+        if hit:
+            raise NodeUnavailableError(f"injected: {op} #{n} to {node} failed before sending")
+
+    def after(self, node: str, op: str) -> None:
+        with self._lock:
+            hit = self._match(node, op, self.calls[(node, op)], "crash")
+        if hit:
+            raise WriterCrashedError(f"injected: writer crashed after {node} answered {op}")
+
+
+class ServerFaults(JournalHooks):
+    """Node-side faults. ``action`` is ``"fail"`` (the RPC fails with a storage error) or ``"exit"``
+    (the node process dies on the spot, as with a power cut)."""
+
+    POINTS = ("before_persist_paxos", "after_persist_paxos", "before_append")
+
+    def __init__(self, spec: dict[str, str] | None = None) -> None:
+        self.spec = dict(spec or {})
+        for point, action in self.spec.items():
+            if point not in self.POINTS or action not in ("fail", "exit"):
+                raise ValueError(f"bad server fault {point}={action}; points {self.POINTS}, actions fail|exit")
+
+    @classmethod
+    def parse(cls, text: str) -> ServerFaults:
+        """``before_persist_paxos=exit,before_append=fail``"""
+        spec = dict(part.split("=", 1) for part in text.split(",") if part)
+        return cls(spec)
+
+    def _fire(self, point: str, what: str) -> None:
+        action = self.spec.get(point)
+        if action == "exit":
+            os._exit(17)
+        if action == "fail":
+            raise StorageError(f"injected fault at {point} ({what})")
+
+    def before_persist_paxos(self, journal_id: str, segment: int) -> None:
+        self._fire("before_persist_paxos", f"{journal_id} segment {segment}")
+
+    def after_persist_paxos(self, journal_id: str, segment: int) -> None:
+        self._fire("after_persist_paxos", f"{journal_id} segment {segment}")
+
+    def before_append(self, journal_id: str, first_txid: int) -> None:
+        self._fire("before_append", f"{journal_id} txid {first_txid}")
