@@ -86,6 +86,7 @@ class Timeouts:
     select_input_streams: float = 20.0
     operations: float = 60.0
     connect: float = 5.0
+    reconnect: float = 1.5
 
 
 @dataclass(frozen=True, slots=True)

@@ -217,6 +217,28 @@ class RemoteLogger:
         self._seg_lock = threading.Lock()
         self.highest_acked_txid = 0
         self._closed = False
+        self._reachable = False
+
+    def _rpc(self, method: Callable[..., T], request: object, timeout: float) -> T:
+        """One unary call; a node that refused the connection gets one more chance once it is back.
+
+        A restarted node sits in gRPC's reconnect backoff for a moment: a ping that waits for the
+        connection (bounded by ``timeouts.reconnect``) tells a node that is back from one that is
+        down, so a dead node fails fast and a returning one is not skipped for a whole segment.
+        Retrying is safe: UNAVAILABLE before a reply means the call never reached the node, and
+        every control call is idempotent or refused harmlessly (a new serial is stamped anyway).
+        """
+        try:
+            out = method(request, timeout=timeout)
+        except grpc.RpcError as e:
+            if not isinstance(e, grpc.Call) or e.code() != grpc.StatusCode.UNAVAILABLE:
+                raise
+            self._reachable = False
+            ping = pb.JournalIdRequest(journal_id=self.journal_id)
+            self._stub.IsFormatted(ping, timeout=self.config.timeouts.reconnect, wait_for_ready=True)
+            out = method(request, timeout=timeout)
+        self._reachable = True
+        return out
 
     # -- identity / state --------------------------------------------------------------------
 
@@ -277,7 +299,7 @@ class RemoteLogger:
         t = self.config.timeouts.operations
         return self._call(
             "is_formatted",
-            lambda: self._stub.IsFormatted(pb.JournalIdRequest(journal_id=self.journal_id), timeout=t).formatted,
+            lambda: self._rpc(self._stub.IsFormatted, pb.JournalIdRequest(journal_id=self.journal_id), t).formatted,
             writer=False,
         )
 
@@ -285,7 +307,9 @@ class RemoteLogger:
         t = self.config.timeouts.operations
 
         def go() -> None:
-            self._stub.Format(pb.FormatRequest(journal_id=self.journal_id, ns=convert.ns_to_pb(ns), force=force), timeout=t)
+            self._rpc(
+                self._stub.Format, pb.FormatRequest(journal_id=self.journal_id, ns=convert.ns_to_pb(ns), force=force), t
+            )
 
         return self._call("format", go, writer=False)
 
@@ -294,7 +318,7 @@ class RemoteLogger:
         return self._call(
             "get_journal_state",
             lambda: convert.state_from_pb(
-                self._stub.GetJournalState(pb.JournalIdRequest(journal_id=self.journal_id), timeout=t)
+                self._rpc(self._stub.GetJournalState, pb.JournalIdRequest(journal_id=self.journal_id), t)
             ),
         )
 
@@ -303,8 +327,10 @@ class RemoteLogger:
         return self._call(
             "new_epoch",
             lambda: convert.new_epoch_from_pb(
-                self._stub.NewEpoch(
-                    pb.NewEpochRequest(journal_id=self.journal_id, ns=convert.ns_to_pb(ns), epoch=epoch), timeout=t
+                self._rpc(
+                    self._stub.NewEpoch,
+                    pb.NewEpochRequest(journal_id=self.journal_id, ns=convert.ns_to_pb(ns), epoch=epoch),
+                    t,
                 )
             ),
         )
@@ -325,7 +351,7 @@ class RemoteLogger:
             if old is not None:
                 old.close()  # calls queued before this one (a finalize) have run: FIFO executor
             try:
-                self._stub.StartLogSegment(pb.StartLogSegmentRequest(req=self._req(), txid=txid), timeout=t)
+                self._rpc(self._stub.StartLogSegment, pb.StartLogSegmentRequest(req=self._req(), txid=txid), t)
                 link = self._open_link()
             except BaseException as e:
                 self._drop_backlog(txid, e if isinstance(e, QJMError) else NodeUnavailableError(f"{self._name}: {e}"))
@@ -359,8 +385,10 @@ class RemoteLogger:
                 wait([last], timeout=t)
             if self._out_of_sync:
                 raise OutOfSyncError(f"{self._name}: out of sync until the next segment; not finalizing {start}-{end}")
-            self._stub.FinalizeLogSegment(
-                pb.FinalizeLogSegmentRequest(req=self._req(), start_txid=start, end_txid=end), timeout=t
+            self._rpc(
+                self._stub.FinalizeLogSegment,
+                pb.FinalizeLogSegmentRequest(req=self._req(), start_txid=start, end_txid=end),
+                t,
             )
 
         return self._call("finalize_log_segment", go)
@@ -369,7 +397,7 @@ class RemoteLogger:
         t = self.config.timeouts.operations
 
         def go() -> None:
-            self._stub.PurgeLogs(pb.PurgeLogsRequest(req=self._req(), min_txid_to_keep=min_txid_to_keep), timeout=t)
+            self._rpc(self._stub.PurgeLogs, pb.PurgeLogsRequest(req=self._req(), min_txid_to_keep=min_txid_to_keep), t)
 
         return self._call("purge_logs", go)
 
@@ -378,7 +406,9 @@ class RemoteLogger:
         return self._call(
             "prepare_recovery",
             lambda: convert.prepare_from_pb(
-                self._stub.PrepareRecovery(pb.PrepareRecoveryRequest(req=self._req(), segment_txid=segment), timeout=t)
+                self._rpc(
+                    self._stub.PrepareRecovery, pb.PrepareRecoveryRequest(req=self._req(), segment_txid=segment), t
+                )
             ),
         )
 
@@ -386,9 +416,12 @@ class RemoteLogger:
         t = self.config.timeouts.accept_recovery
 
         def go() -> None:
-            self._stub.AcceptRecovery(
-                pb.AcceptRecoveryRequest(req=self._req(), state_to_accept=convert.seg_to_pb(state), from_url=source_url),
-                timeout=t,
+            self._rpc(
+                self._stub.AcceptRecovery,
+                pb.AcceptRecoveryRequest(
+                    req=self._req(), state_to_accept=convert.seg_to_pb(state), from_url=source_url
+                ),
+                t,
             )
 
         return self._call("accept_recovery", go)
@@ -398,7 +431,7 @@ class RemoteLogger:
         req = pb.ManifestRequest(journal_id=self.journal_id, since_txid=since, in_progress_ok=in_progress_ok)
         return self._call(
             "get_edit_log_manifest",
-            lambda: convert.manifest_from_pb(self._stub.GetEditLogManifest(req, timeout=t)),
+            lambda: convert.manifest_from_pb(self._rpc(self._stub.GetEditLogManifest, req, t)),
             parallel=True,
             writer=False,
         )
@@ -408,7 +441,7 @@ class RemoteLogger:
         req = pb.JournaledEditsRequest(journal_id=self.journal_id, since_txid=since, max_txns=max_txns)
 
         def go() -> JournaledEdits:
-            r = self._stub.GetJournaledEdits(req, timeout=t)
+            r = self._rpc(self._stub.GetJournaledEdits, req, t)
             return JournaledEdits(r.txn_count, r.frames)
 
         return self._call("get_journaled_edits", go, parallel=True, writer=False)
@@ -441,8 +474,8 @@ class RemoteLogger:
             "status",
             lambda: dict(
                 json.loads(
-                    self._stub.Status(
-                        pb.JournalIdRequest(journal_id=self.journal_id), timeout=self.config.timeouts.connect
+                    self._rpc(
+                        self._stub.Status, pb.JournalIdRequest(journal_id=self.journal_id), self.config.timeouts.connect
                     ).json
                 )
             ),
@@ -453,7 +486,9 @@ class RemoteLogger:
     # -- data plane --------------------------------------------------------------------------
 
     def _open_link(self) -> _DataLink:
-        st = self._stub.GetJournalState(pb.JournalIdRequest(journal_id=self.journal_id), timeout=self.config.timeouts.connect)
+        st = self._rpc(
+            self._stub.GetJournalState, pb.JournalIdRequest(journal_id=self.journal_id), self.config.timeouts.connect
+        )
         try:
             return _DataLink(
                 self._name,
@@ -529,8 +564,16 @@ class RemoteLogger:
 
     def close(self, grace: float = 0.0) -> None:
         """Release the node; with ``grace``, first let calls already queued for it finish (bounded)."""
-        if grace > 0 and not self._closed:
+        # A node that is not connected would only make us wait for its timeouts.
+        if grace > 0 and not self._closed and self._reachable:
+            import time
+
+            deadline = time.monotonic() + grace
             wait([self._exec.submit(lambda: None)], timeout=grace)
+            link = self._link
+            last = link.last_pending() if link is not None else None
+            if last is not None:
+                wait([last], timeout=max(0.0, deadline - time.monotonic()))
         self._closed = True
         self._close_link()
         self._exec.shutdown(wait=False, cancel_futures=True)

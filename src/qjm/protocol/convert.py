@@ -32,11 +32,11 @@ def req_from_pb(p: pb.RequestInfoProto) -> RequestInfo:
 
 
 def seg_to_pb(s: SegmentState) -> pb.SegmentStateProto:
-    return pb.SegmentStateProto(start_txid=s.start_txid, end_txid=s.end_txid, in_progress=s.in_progress)
+    return pb.SegmentStateProto(start_txid=s.start_txid, end_txid=s.end_txid, in_progress=s.in_progress, epoch=s.epoch)
 
 
 def seg_from_pb(p: pb.SegmentStateProto) -> SegmentState:
-    return SegmentState(p.start_txid, p.end_txid, p.in_progress)
+    return SegmentState(p.start_txid, p.end_txid, p.in_progress, p.epoch)
 
 
 def state_to_pb(s: JournalState) -> pb.JournalStateResponse:

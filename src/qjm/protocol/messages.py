@@ -37,10 +37,14 @@ class SegmentState:
     start_txid: int
     end_txid: int
     in_progress: bool
+    # Writer epoch of the segment's frames (0: unknown). One writer epoch writes one byte stream,
+    # so equal (start, end, epoch) means equal contents: Hadoop got this from its START_LOG_SEGMENT
+    # op; qjm segments have no such op, and two writers can leave same-length, different logs.
+    epoch: int = 0
 
     def __str__(self) -> str:
         kind = "inprogress" if self.in_progress else "finalized"
-        return f"{self.start_txid}-{self.end_txid}({kind})"
+        return f"{self.start_txid}-{self.end_txid}({kind}, epoch {self.epoch})"
 
 
 @dataclass(frozen=True, slots=True)

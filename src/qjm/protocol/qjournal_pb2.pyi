@@ -29,14 +29,16 @@ class RequestInfoProto(_message.Message):
     def __init__(self, journal_id: _Optional[str] = ..., epoch: _Optional[int] = ..., serial: _Optional[int] = ..., committed_txid: _Optional[int] = ...) -> None: ...
 
 class SegmentStateProto(_message.Message):
-    __slots__ = ("start_txid", "end_txid", "in_progress")
+    __slots__ = ("start_txid", "end_txid", "in_progress", "epoch")
     START_TXID_FIELD_NUMBER: _ClassVar[int]
     END_TXID_FIELD_NUMBER: _ClassVar[int]
     IN_PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
     start_txid: int
     end_txid: int
     in_progress: bool
-    def __init__(self, start_txid: _Optional[int] = ..., end_txid: _Optional[int] = ..., in_progress: _Optional[bool] = ...) -> None: ...
+    epoch: int
+    def __init__(self, start_txid: _Optional[int] = ..., end_txid: _Optional[int] = ..., in_progress: _Optional[bool] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class JournalIdRequest(_message.Message):
     __slots__ = ("journal_id",)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Final
 
 GRPC_OPTIONS: Final = [
@@ -13,12 +12,8 @@ GRPC_OPTIONS: Final = [
 ERROR_CODE_KEY: Final = "qjm-error-code"
 # A restarted node must be reachable again at once, not after gRPC's default backoff of up to
 # two minutes: the writer only retries a node at its next segment.
-# waitForReady: a call to a node that is reconnecting waits (up to its deadline) instead of failing
-# at once, so a restarted node rejoins at the next segment.
-_SERVICE_CONFIG = json.dumps({"methodConfig": [{"name": [{"service": "qjm.QJournal"}], "waitForReady": True}]})
 CLIENT_GRPC_OPTIONS: Final = [
     *GRPC_OPTIONS,
-    ("grpc.service_config", _SERVICE_CONFIG),
     ("grpc.enable_retries", 0),
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),

@@ -110,8 +110,6 @@ def _take_messages(buf: bytearray) -> tuple[list[bytes], list[tuple[int, int]], 
             _, _, epoch, txid = wire.COMMIT.unpack_from(buf, pos)
             commits.append((epoch, txid))
             pos += wire.COMMIT.size
-            if frames:
-                break  # keep order: frames before a commit notice are written first
         else:
             raise CorruptFrameError(f"unexpected data-plane message magic {magic!r}", reason="magic", offset=pos)
     return frames, commits, pos

@@ -326,6 +326,8 @@ class Journal:
             self._finalize(start, end)
 
     def _finalize(self, start: int, end: int) -> None:
+        if end < start:
+            raise SegmentStateError(f"cannot finalize segment {start} at {end}: a finalized segment holds a txid")
         if self._open is not None and self._open.start == start:
             seg = self._open
             if seg.next_txid != end + 1:
@@ -344,10 +346,9 @@ class Journal:
             self.storage.delete_paxos(start)
             return
         res = self._scan(current, repair=True)
-        last = res.last_txid if res is not None else start - 1
-        if last != end:
+        if res is None or res.last_txid != end:
+            last = res.last_txid if res is not None else start - 1
             raise OutOfSyncError(f"cannot finalize segment {start} at {end}: the log on disk ends at {last}")
-        assert res is not None
         self.storage.finalize_segment(start, end, res.valid_end)
         self.storage.delete_paxos(start)
         self._highest_written = max(self._highest_written, end)
@@ -404,11 +405,10 @@ class Journal:
                 )
             current = self._segment_state(seg)
             downloaded = False
-            if current is None or current.end_txid != state.end_txid:
+            same = current is not None and current.end_txid == state.end_txid and current.epoch == state.epoch
+            if not same:
                 if current is not None and not current.in_progress:
-                    raise InvariantViolation(
-                        f"recovery would change finalized segment {current} to end at {state.end_txid}"
-                    )
+                    raise InvariantViolation(f"recovery would change finalized segment {current} into {state}")
                 if (
                     current is not None
                     and current.start_txid <= self._committed <= current.end_txid
@@ -419,9 +419,10 @@ class Journal:
                     )
                 data = self._fetch(source, self.journal_id, seg)
                 res = scan_segment_bytes(data, seg)
-                if res.last_txid != state.end_txid:
+                if res.last_txid != state.end_txid or (state.epoch and res.last_epoch != state.epoch):
                     raise CorruptFrameError(
-                        f"downloaded segment {seg} from {source} ends at {res.last_txid}, not {state.end_txid}",
+                        f"downloaded segment {seg} from {source} ends at {res.last_txid} in epoch {res.last_epoch}, "
+                        f"not {state.end_txid} in epoch {state.epoch}",
                         reason="recovery_length",
                     )
                 self.storage.write_temp_segment(seg, req.epoch, data[: res.valid_end])
@@ -493,7 +494,7 @@ class Journal:
                     f"({res.error})",
                     reason="finalized_damaged",
                 )
-            return data[: res.valid_end], SegmentState(segment, res.last_txid, seg.in_progress)
+            return data[: res.valid_end], SegmentState(segment, res.last_txid, seg.in_progress, res.last_epoch)
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -545,15 +546,15 @@ class Journal:
         seg = self._find(start)
         if seg is None:
             return None
-        if seg.end is not None:
-            return SegmentState(start, seg.end, False)
         res = self._scan(seg, repair=True)
+        if seg.end is not None:
+            return SegmentState(start, seg.end, False, res.last_epoch if res is not None else 0)
         if res is None:
             return None
         if res.frame_count == 0:
             self.storage.move_aside(seg, ".empty")  # design §2.10.5: an empty segment never existed
             return None
-        return SegmentState(start, res.last_txid, True)
+        return SegmentState(start, res.last_txid, True, res.last_epoch)
 
     def _newest_segment_with_txns(self) -> SegmentFile | None:
         """Newest segment, moving aside newest in-progress files that hold no txid (reference §1.4)."""

@@ -10,7 +10,7 @@ Layout under ``<data-dir>/<journal-id>/``::
     current/last-promised-epoch      decimal
     current/last-writer-epoch        decimal
     current/committed-txid           decimal, best effort (not fsynced)
-    current/paxos/<segment>          accepted recovery: "start end inprogress accepted_epoch"
+    current/paxos/<segment>          accepted recovery: "start end inprogress accepted_epoch frames_epoch"
     current/edits_inprogress_<19 digits>
     current/edits_<19 digits>-<19 digits>
     current/edits_inprogress_<n>.epoch=<E>   recovery download, renamed in after paxos commit
@@ -278,17 +278,18 @@ class DiskStorage:
     def read_paxos(self, segment: int) -> PersistedPaxosData | None:
         try:
             with open(os.path.join(self.paxos_dir, str(segment)), encoding="ascii") as f:
-                start, end, inprog, accepted = f.readline().split()
+                start, end, inprog, accepted, *rest = f.readline().split()
+            epoch = int(rest[0]) if rest else 0
         except FileNotFoundError:
             return None
         except ValueError as e:
             raise StorageError(f"unreadable paxos record {segment} in {self.paxos_dir}: {e}") from e
-        return PersistedPaxosData(SegmentState(int(start), int(end), inprog == "1"), int(accepted))
+        return PersistedPaxosData(SegmentState(int(start), int(end), inprog == "1", epoch), int(accepted))
 
     def write_paxos(self, segment: int, data: PersistedPaxosData) -> None:
         os.makedirs(self.paxos_dir, exist_ok=True)  # reference §2.1: recreate a missing paxos/
         s = data.segment_state
-        line = f"{s.start_txid} {s.end_txid} {int(s.in_progress)} {data.accepted_in_epoch}\n"
+        line = f"{s.start_txid} {s.end_txid} {int(s.in_progress)} {data.accepted_in_epoch} {s.epoch}\n"
         human = f"# accepted recovery of segment {segment}: {s} in epoch {data.accepted_in_epoch}\n"
         self._atomic_write(os.path.join(self.paxos_dir, str(segment)), (line + human).encode())
 

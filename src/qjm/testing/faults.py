@@ -34,6 +34,8 @@ class FaultPlan(CallHooks):
     def __init__(self) -> None:
         self._rules: list[_Rule] = []
         self._lock = threading.Lock()
+        self._follow: dict[str, str] = {}  # node → leader whose answer it waits for
+        self._answered: dict[tuple[str, str], threading.Event] = {}
         self.calls: Counter[tuple[str, str]] = Counter()
         self.injected: list[tuple[str, str, int, str]] = []
 
@@ -46,6 +48,19 @@ class FaultPlan(CallHooks):
         """The writer dies right after ``node`` answered the matching call: it sends nothing more."""
         self._rules.append(_Rule(node, op, call, "crash"))
         return self
+
+    def answer_after(self, node: str, leader: str) -> FaultPlan:
+        """Hold each call to ``node`` until ``leader`` has answered the same operation.
+
+        Makes a quorum wait deterministic: the writer then hears from ``leader`` among the first
+        majority, as when a scenario says "the recovery talks to all three".
+        """
+        self._follow[node] = leader
+        return self
+
+    def _answered_event(self, node: str, op: str) -> threading.Event:
+        with self._lock:
+            return self._answered.setdefault((node, op), threading.Event())
 
     def clear(self) -> None:
         with self._lock:
@@ -60,6 +75,9 @@ class FaultPlan(CallHooks):
         return False
 
     def before(self, node: str, op: str) -> None:
+        leader = self._follow.get(node)
+        if leader is not None and not self._answered_event(leader, op).wait(timeout=30):
+            raise NodeUnavailableError(f"injected: {leader} never answered {op}, so {node} was held back")
         with self._lock:
             self.calls[(node, op)] += 1
             n = self.calls[(node, op)]
@@ -68,6 +86,7 @@ class FaultPlan(CallHooks):
             raise NodeUnavailableError(f"injected: {op} #{n} to {node} failed before sending")
 
     def after(self, node: str, op: str) -> None:
+        self._answered_event(node, op).set()
         with self._lock:
             hit = self._match(node, op, self.calls[(node, op)], "crash")
         if hit:

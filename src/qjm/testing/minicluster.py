@@ -8,6 +8,7 @@ as threads of this process, faster to start, for tests that need neither kill no
 from __future__ import annotations
 
 import os
+import random
 import selectors
 import shutil
 import signal
@@ -24,10 +25,32 @@ from qjm.testing.faults import ServerFaults
 READY_TIMEOUT = 30.0
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = f.read().split()
+        return int(lo), int(hi)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    """A free port *below* the kernel's ephemeral range.
+
+    A stopped node's port must stay free until it restarts; one inside the ephemeral range could
+    meanwhile be taken as the local port of some outgoing connection.
+    """
+    lo, _hi = _ephemeral_range()
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(max(1024, lo - 20000), lo)
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    raise OSError(f"no free port found below {lo}")
 
 
 class _Node:

@@ -1,0 +1,173 @@
+"""Build the Cython extensions of qjm (metadata lives in pyproject.toml).
+
+Switches (environment):
+  QJM_NO_EXTENSIONS=1  pure build: no extension at all, qjm runs on its Python twins.
+
+Otherwise every module in NATIVE_MODULES is compiled and a missing system library fails the build
+loudly (style-anchors R9): a silently pure build would benchmark Python by accident. System
+libraries come from Debian -dev packages, found through pkg-config; nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from setuptools import Extension, setup
+
+# (module under qjm._native, pkg-config names of the system libraries it links)
+# Append later modules here, e.g. ("segment_io_c", ["liburing"]), ("fanout_c", []).
+NATIVE_MODULES: list[tuple[str, list[str]]] = [
+    ("framing_c", ["libxxhash"]),
+]
+
+INCLUDE_DIRS = ["include", "src/qjm/_native"]
+COMPILE_ARGS = ["-O2", "-Wall"]
+CYTHON_DIRECTIVES = {
+    "language_level": 3,
+    "boundscheck": False,
+    "wraparound": False,
+    "cdivision": True,
+    "embedsignature": True,
+}
+
+# Compile+link probes (ecosystem-recipes §2): the header must compile and the library must link.
+PROBES = {
+    "libxxhash": r"""#include <xxhash.h>
+int main(void) { return XXH3_64bits("", 0) == 0; }
+""",
+    "xxh3_dispatch": r"""#include <xxh_x86dispatch.h>
+int main(void) { return XXH3_64bits_dispatch("", 0) == 0; }
+""",
+    "liburing": r"""#include <liburing.h>
+int main(void) { struct io_uring r; if (io_uring_queue_init(2, &r, 0) == 0) io_uring_queue_exit(&r);
+ (void)IORING_FSYNC_DATASYNC; (void)IOSQE_IO_LINK; return 0; }
+""",
+}
+APT_PACKAGE = {"libxxhash": "libxxhash-dev", "liburing": "liburing-dev"}
+FALLBACK_LIBS = {"libxxhash": ["xxhash"], "liburing": ["uring"]}
+# Optional features probed against a package already required: (define, probe, package).
+OPTIONAL_FEATURES = [("QJM_XXH_DISPATCH", "xxh3_dispatch", "libxxhash")]
+
+
+def want_extensions() -> bool:
+    return os.environ.get("QJM_NO_EXTENSIONS", "") not in ("1", "true", "yes")
+
+
+@functools.cache
+def pkg_config(package: str) -> dict[str, list[str]]:
+    """include_dirs / library_dirs / libraries of a system package; `-l<name>` if pkg-config is missing."""
+    flags: dict[str, list[str]] = {"include_dirs": [], "library_dirs": [], "libraries": []}
+    exe = shutil.which("pkg-config")
+    if exe is None:
+        flags["libraries"] = list(FALLBACK_LIBS[package])
+        return flags
+    proc = subprocess.run([exe, "--cflags", "--libs", package], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        flags["libraries"] = list(FALLBACK_LIBS[package])
+        return flags
+    for tok in shlex.split(proc.stdout):
+        for prefix, key in (("-I", "include_dirs"), ("-L", "library_dirs"), ("-l", "libraries")):
+            if tok.startswith(prefix):
+                flags[key].append(tok[len(prefix) :])
+    return flags
+
+
+def have_c_lib(
+    source: str, libraries: list[str], include_dirs: list[str] | None = None, library_dirs: list[str] | None = None
+) -> bool:
+    """True if `source` compiles and links against `libraries` with setuptools' own compiler."""
+    from setuptools._distutils.ccompiler import new_compiler
+    from setuptools._distutils.errors import CompileError, LinkError
+    from setuptools._distutils.sysconfig import customize_compiler
+
+    cc = new_compiler()
+    customize_compiler(cc)
+    tmp = tempfile.mkdtemp(prefix="qjm-probe-")
+    try:
+        src = os.path.join(tmp, "probe.c")
+        with open(src, "w") as f:
+            f.write(source)
+        objs = cc.compile([src], output_dir=tmp, include_dirs=include_dirs or [])
+        cc.link_executable(objs, os.path.join(tmp, "probe"), libraries=libraries, library_dirs=library_dirs or [])
+        return True
+    except (CompileError, LinkError):
+        return False
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@functools.cache
+def have_package(package: str, probe: str | None = None) -> bool:
+    """Probe `package` (or, with `probe`, an optional feature of it) with its pkg-config flags."""
+    flags = pkg_config(package)
+    return have_c_lib(PROBES[probe or package], flags["libraries"], flags["include_dirs"], flags["library_dirs"])
+
+
+def require(package: str) -> None:
+    if not have_package(package):
+        sys.exit(
+            f"qjm: cannot build the native extensions: {package} (header + library) was not found.\n"
+            f"     Install it with `apt-get install {APT_PACKAGE[package]}`, or build the pure-Python\n"
+            f"     package with QJM_NO_EXTENSIONS=1."
+        )
+
+
+def native_ext(name: str, libs: list[str]) -> Extension:
+    """Extension qjm._native.<name> from src/qjm/_native/<name>.pyx, linked against pkg-config `libs`."""
+    include_dirs = list(INCLUDE_DIRS)
+    library_dirs: list[str] = []
+    libraries: list[str] = []
+    for package in libs:
+        # Every listed library is required. A module whose library is optional (liburing) should be
+        # appended to NATIVE_MODULES only when HAVE_URING, or get its own fallback define.
+        require(package)
+        flags = pkg_config(package)
+        include_dirs += flags["include_dirs"]
+        library_dirs += flags["library_dirs"]
+        libraries += flags["libraries"]
+    macros = [
+        (define, "1")
+        for define, probe, package in OPTIONAL_FEATURES
+        if package in libs and have_package(package, probe)
+    ]
+    return Extension(
+        f"qjm._native.{name}",
+        [f"src/qjm/_native/{name}.pyx"],
+        include_dirs=include_dirs,
+        library_dirs=library_dirs,
+        libraries=libraries,
+        define_macros=macros,
+        extra_compile_args=COMPILE_ARGS,
+    )
+
+
+# Computed only when some module links liburing (none does yet); None means "not probed".
+HAVE_URING: bool | None = None
+
+
+def extensions() -> list[Extension]:
+    global HAVE_URING
+    if not want_extensions():
+        print("qjm: pure build")
+        return []
+    if any("liburing" in libs for _, libs in NATIVE_MODULES):
+        HAVE_URING = have_package("liburing")
+    from Cython.Build import cythonize
+
+    exts = [native_ext(name, libs) for name, libs in NATIVE_MODULES]
+    print("qjm: native build")
+    return cythonize(
+        exts,
+        compiler_directives=CYTHON_DIRECTIVES,
+        include_path=["src"],
+        build_dir="build/cython",
+    )
+
+
+setup(ext_modules=extensions())

@@ -1,0 +1,53 @@
+"""Stub of the compiled framing module; same API as ``framing_py`` (checked by mypy.stubtest)."""
+
+from collections.abc import Iterable, Sequence
+
+from typing_extensions import Buffer, disjoint_base
+
+from qjm._native.framing_py import ScanResult as ScanResult
+from qjm.protocol.frame import FrameHeader, SegmentHeader
+
+def xxh3_64(data: Buffer) -> int:
+    """XXH3-64 with seed 0, the checksum of every header and payload."""
+
+def encode_frame(records: Sequence[Buffer], *, epoch: int, segment_txid: int, first_txid: int) -> bytes:
+    """Frame a batch of records; txids are implicit from ``first_txid``."""
+
+@disjoint_base
+class FrameBuilder:
+    """Accumulates records of the open batch; ``take`` frames them and starts a new batch."""
+
+    @property
+    def count(self) -> int: ...
+    @property
+    def nbytes(self) -> int:
+        """Payload bytes so far (record prefixes included)."""
+
+    def add(self, record: Buffer) -> None: ...
+    def add_many(self, records: Iterable[Buffer]) -> int:
+        """Add every record of an iterable of buffers, or every row of a 2-D C-contiguous uint8 array.
+
+        Returns the number of records in the open batch.
+        """
+
+    def take(self, *, epoch: int, segment_txid: int, first_txid: int) -> bytes: ...
+
+def decode_header(buf: Buffer, offset: int = 0) -> FrameHeader:
+    """Parse and check a frame header (magic, version, checksum, bounds); not the payload."""
+
+def verify_frame(buf: Buffer, offset: int = 0) -> FrameHeader:
+    """Check a whole frame at ``offset``: header, payload checksum and record layout."""
+
+def decode_records(buf: Buffer, offset: int = 0) -> list[bytes]:
+    """The records of the verified frame at ``offset``, in txid order."""
+
+def encode_segment_header(start_txid: int, epoch: int) -> bytes: ...
+def decode_segment_header(buf: Buffer) -> SegmentHeader: ...
+def scan(buf: Buffer, start_txid: int, offset: int = 64) -> ScanResult:
+    """Walk the frames of a segment from ``offset``: each must verify and continue the txids."""
+
+def iter_frames(buf: Buffer, start_txid: int, offset: int = 64) -> list[tuple[FrameHeader, int]]:
+    """(header, offset) of every valid frame, stopping where ``scan`` would stop."""
+
+def layout() -> dict[str, dict[str, int]]:
+    """Field offsets and sizes of the frame and segment headers, and the constants, from frame.h."""

@@ -1,0 +1,1 @@
+"""The writer side of qjm: quorum calls, recovery-source choice, the journal manager."""

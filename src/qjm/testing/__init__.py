@@ -1,0 +1,1 @@
+"""Test harnesses shipped with the package: in-memory storage, faults, the simulation."""

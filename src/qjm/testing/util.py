@@ -1,0 +1,121 @@
+"""Helpers for scripted protocol scenarios (Hadoop QJMTestUtil) and for looking at a node's files.
+
+``ScriptedWriter`` drives a ``QuorumJournalManager`` batch by batch, so a test can place every
+fault exactly; ``inspect_journal`` reads a node's directory without locking it, so a running node
+can be checked against the tables of the design document.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass, field
+
+from qjm._native import framing
+from qjm.client.loggers import CallHooks
+from qjm.client.manager import QuorumJournalManager
+from qjm.config import QJMConfig
+from qjm.errors import CorruptFrameError
+from qjm.protocol.frame import SEGMENT_HEADER_SIZE
+
+
+def txn_data(txid: int) -> bytes:
+    """The record a scripted writer stores at ``txid``: recognisable and checkable."""
+    return b"txn-%d-" % txid + hashlib.blake2b(b"%d" % txid, digest_size=8).hexdigest().encode()
+
+
+class ScriptedWriter:
+    """A writer whose every step is explicit: ``start``, ``write(first, last)``, ``finalize``."""
+
+    def __init__(self, uri: str, *, hooks: CallHooks | None = None, config: QJMConfig | None = None) -> None:
+        self.qjm = QuorumJournalManager(uri, hooks=hooks, config=config or QJMConfig().with_timeouts(
+            write_txns=10, start_segment=10, finalize_segment=10, new_epoch=10, get_journal_state=10,
+            prepare_recovery=10, accept_recovery=10, operations=10,
+        ))  # fmt: skip
+        self.segment = 0
+
+    def recover(self) -> int:
+        """Fence and recover; returns the last txid of the recovered log."""
+        return self.qjm.recover_unfinalized_segments()
+
+    def start(self, txid: int) -> None:
+        self.qjm.start_log_segment(txid)
+        self.segment = txid
+
+    def write(self, first: int, last: int) -> int:
+        """One batch holding txids first..last, sent to every node; waits for a quorum."""
+        frame = framing.encode_frame(
+            [txn_data(t) for t in range(first, last + 1)], epoch=self.qjm.epoch, segment_txid=self.segment, first_txid=first
+        )
+        call = self.qjm.send_batch(frame, first, last)
+        call.wait_for_write_quorum(self.qjm.config.timeouts.write_txns, f"journal({first}-{last})")
+        self.qjm.set_committed_txid(last)
+        return last
+
+    def finalize(self, start: int, end: int) -> None:
+        self.qjm.finalize_log_segment(start, end)
+
+    def close(self, grace: float = 5.0) -> None:
+        """Release the nodes, first letting calls already queued to live nodes finish (bounded)."""
+        self.qjm.close(grace=grace)
+
+
+_SEG = re.compile(r"edits_(?:inprogress_(\d{19})|(\d{19})-(\d{19}))(\..*)?")
+
+
+@dataclass
+class NodeView:
+    """A node's journal as its files say: what the design document's tables show."""
+
+    segments: dict[str, int] = field(default_factory=dict)  # file name → last valid txid in it
+    promised_epoch: int = 0
+    writer_epoch: int = 0
+    accepted: dict[int, tuple[int, int]] = field(default_factory=dict)  # segment → (end txid, accepted in epoch)
+
+    def plain(self) -> dict[str, int]:
+        """Only the segments a node would serve (no moved-aside files)."""
+        return {k: v for k, v in self.segments.items() if "." not in k}
+
+    def aside(self) -> list[str]:
+        return sorted(k for k in self.segments if "." in k)
+
+
+def inspect_journal(current_dir: str) -> NodeView:
+    v = NodeView()
+    for name in sorted(os.listdir(current_dir)):
+        m = _SEG.fullmatch(name)
+        if not m:
+            continue
+        start = int(m.group(1) or m.group(2))
+        with open(os.path.join(current_dir, name), "rb") as f:
+            data = f.read()
+        try:
+            framing.decode_segment_header(data)
+            last = framing.scan(data, start, SEGMENT_HEADER_SIZE).last_txid
+        except CorruptFrameError:
+            last = start - 1
+        v.segments[name] = last
+    for key, fname in (("promised_epoch", "last-promised-epoch"), ("writer_epoch", "last-writer-epoch")):
+        try:
+            with open(os.path.join(current_dir, fname)) as f:
+                setattr(v, key, int(f.read().strip()))
+        except FileNotFoundError:
+            pass
+    pdir = os.path.join(current_dir, "paxos")
+    if os.path.isdir(pdir):
+        for name in os.listdir(pdir):
+            if name.isdigit():
+                with open(os.path.join(pdir, name)) as f:
+                    _start, end, _inprog, epoch, *_ = f.readline().split()
+                v.accepted[int(name)] = (int(end), int(epoch))
+    return v
+
+
+def segment_frames(path: str) -> bytes:
+    """A segment file's frames (header excluded), to compare replicas byte for byte."""
+    with open(path, "rb") as f:
+        data = f.read()
+    h = framing.decode_segment_header(data)
+    res = framing.scan(data, h.start_txid, SEGMENT_HEADER_SIZE)
+    return data[SEGMENT_HEADER_SIZE : res.valid_end]

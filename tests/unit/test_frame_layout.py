@@ -1,0 +1,58 @@
+"""include/qjm/frame.h (as compiled into framing_c) and its Python mirror protocol/frame.py agree."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import struct
+
+import pytest
+
+from qjm.protocol import frame as pf
+
+NO_EXTENSIONS = os.environ.get("QJM_NO_EXTENSIONS", "") in ("1", "true", "yes")
+
+
+def struct_offsets(fmt: struct.Struct, names: list[str]) -> dict[str, int]:
+    """Offset of each field of a packed ``<`` struct format ("32s" counts as one field), by position."""
+    out: dict[str, int] = {}
+    pos = 0
+    digits = ""
+    for ch in fmt.format.removeprefix("<"):
+        if ch.isdigit():
+            digits += ch
+            continue
+        out[names[len(out)]] = pos
+        pos += struct.calcsize(f"<{digits}{ch}")
+        digits = ""
+    assert len(out) == len(names)
+    assert pos == fmt.size
+    return out
+
+
+def mirror_layout() -> dict[str, dict[str, int]]:
+    return importlib.import_module("qjm._native.framing_py").layout()  # type: ignore[no-any-return]
+
+
+def test_python_mirror_is_self_consistent() -> None:
+    """The offsets table, the struct formats and the constants of protocol/frame.py agree."""
+    assert struct_offsets(pf.FRAME_HEADER, list(pf.FRAME_FIELD_OFFSETS)) == pf.FRAME_FIELD_OFFSETS
+    assert struct_offsets(pf.SEGMENT_HEADER, list(pf.SEGMENT_FIELD_OFFSETS)) == pf.SEGMENT_FIELD_OFFSETS
+    assert pf.FRAME_HEADER.size == pf.FRAME_HEADER_SIZE
+    assert pf.SEGMENT_HEADER.size == pf.SEGMENT_HEADER_SIZE
+    assert pf.FRAME_FIELD_OFFSETS["header_xxh3"] == pf.FRAME_HEADER_CHECKED
+    assert pf.SEGMENT_FIELD_OFFSETS["header_xxh3"] == pf.SEGMENT_HEADER_CHECKED
+    assert pf.RECORD_PREFIX.size == pf.RECORD_PREFIX_SIZE
+    assert pf.FRAME_MAGIC.to_bytes(4, "little") == b"QJMF"
+    assert pf.SEGMENT_MAGIC.to_bytes(4, "little") == b"QJMS"
+
+
+@pytest.mark.skipif(NO_EXTENSIONS, reason="pure build (QJM_NO_EXTENSIONS=1): no compiled header to compare")
+def test_native_layout_matches_python_mirror() -> None:
+    native = importlib.import_module("qjm._native.framing_c")  # an import failure fails the test
+    got = native.layout()
+    want = mirror_layout()
+    assert got["frame"] == want["frame"]
+    assert got["segment"] == want["segment"]
+    assert got["constants"] == want["constants"]
+    assert got == want

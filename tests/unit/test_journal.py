@@ -1,0 +1,745 @@
+"""The Journal state machine (reference §1.3-1.4) on MemoryStorage and on DiskStorage alike."""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from qjm._native import framing
+from qjm.errors import (
+    AlreadyFormattedError,
+    CorruptFrameError,
+    EpochError,
+    FencedError,
+    InvariantViolation,
+    JournalIdError,
+    NamespaceMismatchError,
+    NotFormattedError,
+    NotFoundError,
+    OutOfOrderError,
+    OutOfSyncError,
+    SegmentStateError,
+    StorageError,
+)
+from qjm.protocol.frame import SEGMENT_HEADER_SIZE
+from qjm.protocol.messages import (
+    NO_TXID,
+    NamespaceInfo,
+    PrepareRecoveryResponse,
+    RemoteEditLog,
+    RequestInfo,
+    SegmentState,
+)
+from qjm.server.journal import Journal, JournalHooks
+from qjm.server.storage import DiskStorage, JournalStorage, SegmentAppender, finalized_name, inprogress_name
+from qjm.testing.memstore import MemoryStorage
+
+JID = "j"
+NS = NamespaceInfo(42, "cluster-a")
+
+
+def frame(first: int, n: int, *, epoch: int, seg: int, tag: bytes = b"t") -> bytes:
+    records = [tag + str(t).encode() for t in range(first, first + n)]
+    return bytes(framing.encode_frame(records, epoch=epoch, segment_txid=seg, first_txid=first))
+
+
+def records_of(segment_bytes: bytes) -> list[bytes]:
+    out: list[bytes] = []
+    for _h, off in framing.iter_frames(segment_bytes, framing.decode_segment_header(segment_bytes).start_txid):
+        out.extend(framing.decode_records(segment_bytes, off))
+    return out
+
+
+class Env:
+    """Creates per-node storages of one kind, restarts nodes and lists their files."""
+
+    def __init__(self, kind: str, tmp_path: Path) -> None:
+        self.kind = kind
+        self.tmp_path = tmp_path
+        self.nodes: dict[str, Journal] = {}
+        self._dirs: dict[int, Path] = {}
+        self._opened: list[JournalStorage] = []
+
+    def storage(self, node: str = "n0") -> JournalStorage:
+        st: JournalStorage
+        if self.kind == "memory":
+            st = MemoryStorage(JID)
+        else:
+            d = self.tmp_path / node
+            st = DiskStorage(str(d), JID)
+            self._dirs[id(st)] = d
+        self._opened.append(st)
+        return st
+
+    def fetch(self, source: str, journal_id: str, segment: int) -> bytes:
+        assert journal_id == JID
+        return self.nodes[source].read_segment_file(segment)[0]
+
+    def journal(self, node: str = "n0", *, hooks: JournalHooks | None = None, fmt: bool = True) -> Journal:
+        j = Journal(self.storage(node), fetcher=self.fetch, hooks=hooks)
+        if fmt:
+            j.format(NS)
+        self.nodes[node] = j
+        return j
+
+    def restart(self, j: Journal, node: str = "n0") -> Journal:
+        """Stop the node (a crash for memory: unsynced bytes are lost) and open the same storage again."""
+        j.close()
+        st = j.storage
+        new_st: JournalStorage
+        if isinstance(st, MemoryStorage):
+            st.crash()
+            new_st = st
+        else:
+            assert isinstance(st, DiskStorage)
+            st.close()
+            new_st = DiskStorage(str(self._dirs[id(st)]), JID)
+            self._dirs[id(new_st)] = self._dirs[id(st)]
+            self._opened.append(new_st)
+        nj = Journal(new_st, fetcher=self.fetch)
+        self.nodes[node] = nj
+        return nj
+
+    def names(self, st: JournalStorage) -> list[str]:
+        if isinstance(st, MemoryStorage):
+            return st.file_names()
+        assert isinstance(st, DiskStorage)
+        return sorted(n for n in os.listdir(st.current) if n.startswith("edits"))
+
+    def close(self) -> None:
+        for j in self.nodes.values():
+            j.close()
+        for st in self._opened:
+            if isinstance(st, DiskStorage):
+                st.close()
+
+
+@pytest.fixture(params=["memory", "disk"])
+def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Env]:
+    e = Env(request.param, tmp_path)
+    yield e
+    e.close()
+
+
+class Writer:
+    """A minimal stand-in for the writer: stamps epoch and increasing serials on requests."""
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.serial = 0
+
+    def req(self, committed: int = NO_TXID) -> RequestInfo:
+        self.serial += 1
+        return RequestInfo(JID, self.epoch, self.serial, committed)
+
+
+def writing(j: Journal, epoch: int = 1, seg: int = 1, upto: int = 0) -> Writer:
+    """new_epoch(epoch) + start_log_segment(seg) + frames of 3 txids through ``upto``."""
+    j.new_epoch(NS, epoch)
+    w = Writer(epoch)
+    j.start_log_segment(w.req(), seg)
+    txid = seg
+    while txid <= upto:
+        n = min(3, upto - txid + 1)
+        assert j.journal([frame(txid, n, epoch=epoch, seg=seg)]) == txid + n - 1
+        txid += n
+    return w
+
+
+# -- format / state ------------------------------------------------------------------------------
+
+
+def test_format_and_not_formatted(env: Env) -> None:
+    j = env.journal(fmt=False)
+    assert not j.is_formatted()
+    with pytest.raises(NotFormattedError):
+        j.get_journal_state()
+    with pytest.raises(NotFormattedError):
+        j.new_epoch(NS, 1)
+    with pytest.raises(NotFormattedError):
+        j.heartbeat(RequestInfo(JID, 1, 1))
+    with pytest.raises(NotFormattedError):
+        j.journal([frame(1, 1, epoch=1, seg=1)])
+    j.format(NS)
+    assert j.is_formatted()
+    assert j.namespace == NS
+    s = j.get_journal_state()
+    assert (s.last_promised_epoch, s.last_writer_epoch, s.committed_txid, s.open_segment_txid) == (0, 0, NO_TXID, 0)
+    # VERSION survives a restart
+    assert env.restart(j).namespace == NS
+
+
+def test_format_refuses_existing_data_without_force(env: Env) -> None:
+    j = env.journal()
+    writing(j, epoch=3, upto=3)
+    with pytest.raises(AlreadyFormattedError):
+        j.format(NS)
+    assert j.get_journal_state().last_promised_epoch == 3
+    j.format(NamespaceInfo(7, "other"), force=True)
+    s = j.get_journal_state()
+    assert (s.last_promised_epoch, s.last_writer_epoch, s.open_segment_txid) == (0, 0, 0)
+    assert j.namespace == NamespaceInfo(7, "other")
+    assert env.names(j.storage) == []
+    with pytest.raises(NamespaceMismatchError):
+        j.format(NamespaceInfo(0, "x"), force=True)
+
+
+def test_new_epoch_must_increase_and_namespace_must_match(env: Env) -> None:
+    j = env.journal()
+    assert j.new_epoch(NS, 1).last_segment_txid is None
+    with pytest.raises(EpochError):
+        j.new_epoch(NS, 1)
+    j.new_epoch(NS, 5)
+    with pytest.raises(EpochError):
+        j.new_epoch(NS, 4)
+    with pytest.raises(NamespaceMismatchError):
+        j.new_epoch(NamespaceInfo(43, NS.cluster_id), 6)
+    with pytest.raises(NamespaceMismatchError):
+        j.new_epoch(NamespaceInfo(NS.namespace_id, "cluster-b"), 6)
+    assert j.get_journal_state().last_promised_epoch == 5
+    assert env.restart(j).get_journal_state().last_promised_epoch == 5  # the promise is durable
+
+
+# -- fencing ------------------------------------------------------------------------------------
+
+
+def test_fencing_rpc_and_frames(env: Env) -> None:
+    j = env.journal()
+    old = writing(j, epoch=1, upto=3)
+    j.new_epoch(NS, 2)
+    with pytest.raises(FencedError) as info:
+        j.heartbeat(old.req())
+    assert (info.value.request_epoch, info.value.promised_epoch) == (1, 2)
+    with pytest.raises(FencedError) as info:
+        j.start_log_segment(old.req(), 4)
+    assert (info.value.request_epoch, info.value.promised_epoch) == (1, 2)
+    with pytest.raises(FencedError) as finfo:
+        j.journal([frame(4, 1, epoch=1, seg=1)])
+    assert (finfo.value.request_epoch, finfo.value.promised_epoch) == (1, 2)
+    # the new writer may not append to a segment it did not start (writer epoch is still 1)
+    with pytest.raises(FencedError):
+        j.journal([frame(4, 1, epoch=2, seg=1)])
+    assert j.get_journal_state().highest_written_txid == 3
+
+
+def test_serial_must_increase_and_higher_epoch_is_adopted(env: Env) -> None:
+    j = env.journal()
+    j.new_epoch(NS, 1)
+    j.heartbeat(RequestInfo(JID, 1, 5))
+    with pytest.raises(OutOfOrderError) as info:
+        j.heartbeat(RequestInfo(JID, 1, 5))
+    assert (info.value.expected, info.value.actual) == (6, 5)
+    with pytest.raises(OutOfOrderError):
+        j.heartbeat(RequestInfo(JID, 1, 4))
+    j.heartbeat(RequestInfo(JID, 1, 6))
+    # a newer epoch is adopted (and persisted), and its serials start afresh
+    j.heartbeat(RequestInfo(JID, 7, 1))
+    assert j.get_journal_state().last_promised_epoch == 7
+    with pytest.raises(FencedError):
+        j.heartbeat(RequestInfo(JID, 1, 100))
+    with pytest.raises(EpochError):
+        j.new_epoch(NS, 7)
+    assert env.restart(j).get_journal_state().last_promised_epoch == 7
+
+
+def test_committed_txid_never_moves_backward(env: Env) -> None:
+    j = env.journal()
+    w = writing(j, epoch=1, upto=6)
+    j.heartbeat(w.req(committed=5))
+    assert j.get_journal_state().committed_txid == 5
+    # journal.py keeps the highest value seen: a stale, lower notice (the data and control planes
+    # are separate connections) is ignored rather than refused, but never lowers the txid.
+    j.heartbeat(w.req(committed=3))
+    assert j.get_journal_state().committed_txid == 5
+    assert j.prepare_recovery(w.req(), 1).last_committed_txid == 5
+    j.heartbeat(w.req())  # NO_TXID: no information, not a move backward
+    assert j.get_journal_state().committed_txid == 5
+
+
+# -- writing -------------------------------------------------------------------------------------
+
+
+def test_write_and_finalize_happy_path(env: Env) -> None:
+    j = env.journal()
+    w = writing(j, epoch=1, seg=1)
+    st = j.get_journal_state()
+    assert (st.last_writer_epoch, st.open_segment_txid) == (1, 1)
+    assert j.journal([frame(1, 2, epoch=1, seg=1), frame(3, 3, epoch=1, seg=1)]) == 5
+    assert j.journal([frame(6, 1, epoch=1, seg=1)]) == 6
+    assert j.journal([]) == 6
+    assert j.get_journal_state().highest_written_txid == 6
+    j.finalize_log_segment(w.req(), 1, 6)
+    assert j.get_journal_state().open_segment_txid == 0
+    assert finalized_name(1, 6) in env.names(j.storage)
+    data, state = j.read_segment_file(1)
+    assert state == SegmentState(1, 6, False, 1)
+    assert records_of(data) == [b"t%d" % t for t in range(1, 7)]
+    # next segment
+    j.start_log_segment(w.req(), 7)
+    assert j.journal([frame(7, 2, epoch=1, seg=7)]) == 8
+    m = j.get_edit_log_manifest(1, in_progress_ok=True)
+    assert m.logs == (RemoteEditLog(1, 6, False), RemoteEditLog(7, 8, True))
+    assert j.get_edit_log_manifest(1).logs == (RemoteEditLog(1, 6, False),)
+    assert j.get_edit_log_manifest(7).logs == ()
+    # after a restart the in-progress segment is found by scanning
+    j2 = env.restart(j)
+    assert j2.get_journal_state().highest_written_txid == 8
+    assert j2.get_edit_log_manifest(0, in_progress_ok=True).logs[-1] == RemoteEditLog(7, 8, True)
+
+
+def test_gap_or_duplicate_is_out_of_order_and_appends_nothing(env: Env) -> None:
+    j = env.journal()
+    writing(j, epoch=1, upto=3)
+    size = len(j.read_segment_file(1)[0])
+    for bad in (frame(5, 1, epoch=1, seg=1), frame(3, 1, epoch=1, seg=1), frame(1, 3, epoch=1, seg=1)):
+        with pytest.raises(OutOfOrderError) as info:
+            j.journal([bad])
+        assert info.value.expected == 4
+        assert len(j.read_segment_file(1)[0]) == size
+    assert j.get_journal_state().highest_written_txid == 3
+    # a good frame followed by a bad one: the good one is kept, durable and reported
+    with pytest.raises(OutOfOrderError) as info:
+        j.journal([frame(4, 1, epoch=1, seg=1), frame(6, 1, epoch=1, seg=1)])
+    assert info.value.durable_txid == 4  # type: ignore[attr-defined]
+    assert j.get_journal_state().highest_written_txid == 4
+    assert j.journal([frame(5, 1, epoch=1, seg=1)]) == 5
+
+
+def test_wrong_segment_is_out_of_sync_and_closes_the_segment(env: Env) -> None:
+    j = env.journal()
+    writing(j, epoch=1, seg=1, upto=3)
+    with pytest.raises(OutOfSyncError) as info:
+        j.journal([frame(4, 1, epoch=1, seg=4)])
+    assert not isinstance(info.value, OutOfOrderError)
+    assert j.get_journal_state().open_segment_txid == 0
+    with pytest.raises(OutOfSyncError):
+        j.journal([frame(4, 1, epoch=1, seg=1)])
+
+
+def test_corrupt_frame_is_refused_and_the_node_keeps_serving(env: Env) -> None:
+    j = env.journal()
+    writing(j, epoch=1, upto=3)
+    good = frame(4, 2, epoch=1, seg=1)
+    flipped = bytearray(good)
+    flipped[-1] ^= 0xFF
+    for bad in (bytes(flipped), good[:-1], b"", b"garbage" * 20):
+        with pytest.raises(CorruptFrameError):
+            j.journal([bad])
+    assert j.get_journal_state().highest_written_txid == 3
+    assert j.journal([good]) == 5
+    assert records_of(j.read_segment_file(1)[0])[-2:] == [b"t4", b"t5"]
+
+
+def test_journal_without_open_segment(env: Env) -> None:
+    j = env.journal()
+    w = writing(j, epoch=1, upto=3)
+    j.finalize_log_segment(w.req(), 1, 3)
+    with pytest.raises(OutOfSyncError):
+        j.journal([frame(4, 1, epoch=1, seg=4)])
+    with pytest.raises(OutOfSyncError):
+        j.journal([])
+
+
+def test_finalize_checks(env: Env) -> None:
+    j = env.journal()
+    w = writing(j, epoch=1, upto=3)
+    with pytest.raises(OutOfSyncError):
+        j.finalize_log_segment(w.req(), 1, 5)
+    with pytest.raises(OutOfSyncError):
+        j.finalize_log_segment(w.req(), 1, 2)
+    assert j.get_journal_state().open_segment_txid == 1  # still open, still writable
+    assert j.journal([frame(4, 1, epoch=1, seg=1)]) == 4
+    j.finalize_log_segment(w.req(), 1, 4)
+    j.finalize_log_segment(w.req(), 1, 4)  # idempotent
+    with pytest.raises(InvariantViolation):
+        j.finalize_log_segment(w.req(), 1, 5)
+    with pytest.raises(NotFoundError):
+        j.finalize_log_segment(w.req(), 9, 10)
+    assert finalized_name(1, 4) in env.names(j.storage)
+
+
+def test_finalize_of_a_closed_in_progress_segment_checks_the_disk(env: Env) -> None:
+    j = env.journal()
+    writing(j, epoch=1, upto=6)
+    j = env.restart(j)
+    w = Writer(2)
+    j.new_epoch(NS, 2)
+    with pytest.raises(OutOfSyncError):
+        j.finalize_log_segment(w.req(), 1, 7)
+    j.finalize_log_segment(w.req(), 1, 6)
+    assert j.read_segment_file(1)[1] == SegmentState(1, 6, False, 1)
+
+
+def test_finalize_refuses_end_before_start(env: Env) -> None:
+    j = env.journal()
+    w = writing(j, epoch=1, seg=5)
+    with pytest.raises(SegmentStateError):
+        j.finalize_log_segment(w.req(), 5, 4)
+    assert finalized_name(5, 4) not in env.names(j.storage)
+
+
+def test_start_segment_checks(env: Env) -> None:
+    j = env.journal()
+    w = writing(j, epoch=1, upto=6)
+    j.finalize_log_segment(w.req(), 1, 6)
+    with pytest.raises(SegmentStateError):
+        j.start_log_segment(w.req(), 1)
+    with pytest.raises(SegmentStateError):
+        j.start_log_segment(w.req(), 4)
+    with pytest.raises(SegmentStateError):
+        j.start_log_segment(w.req(), 0)
+    j.start_log_segment(w.req(), 7)
+    j.journal([frame(7, 1, epoch=1, seg=7)])
+    # an in-progress segment holding transactions is not overwritten either
+    with pytest.raises(SegmentStateError):
+        j.start_log_segment(w.req(), 7)
+    assert records_of(j.read_segment_file(7)[0]) == [b"t7"]
+
+
+def test_start_segment_records_writer_epoch_and_restarts_an_empty_segment(env: Env) -> None:
+    j = env.journal()
+    writing(j, epoch=1, seg=1)
+    j.new_epoch(NS, 2)
+    w2 = Writer(2)
+    j.start_log_segment(w2.req(), 1)  # the epoch-1 file holds no txid: it may be recreated
+    assert j.get_journal_state().last_writer_epoch == 2
+    assert j.journal([frame(1, 2, epoch=2, seg=1)]) == 2
+    assert env.restart(j).get_journal_state().last_writer_epoch == 2
+
+
+def test_new_epoch_reports_newest_segment_and_moves_aside_empty_one(env: Env) -> None:
+    j = env.journal()
+    w = writing(j, epoch=1, upto=3)
+    j.finalize_log_segment(w.req(), 1, 3)
+    j.start_log_segment(w.req(), 4)
+    assert inprogress_name(4) in env.names(j.storage)
+    assert j.new_epoch(NS, 2).last_segment_txid == 1
+    names = env.names(j.storage)
+    assert inprogress_name(4) not in names
+    assert inprogress_name(4) + ".empty" in names
+    assert j.get_journal_state().open_segment_txid == 0
+    # an in-progress segment with transactions is reported as it is
+    w3 = Writer(3)
+    j.heartbeat(w3.req())
+    j.start_log_segment(w3.req(), 4)
+    j.journal([frame(4, 1, epoch=3, seg=4)])
+    assert j.new_epoch(NS, 4).last_segment_txid == 4
+    assert inprogress_name(4) in env.names(j.storage)
+
+
+def test_purge_logs(env: Env) -> None:
+    j = env.journal()
+    w = writing(j, epoch=1, upto=3)
+    j.finalize_log_segment(w.req(), 1, 3)
+    j.start_log_segment(w.req(), 4)
+    j.journal([frame(4, 3, epoch=1, seg=4)])
+    j.finalize_log_segment(w.req(), 4, 6)
+    j.start_log_segment(w.req(), 7)
+    j.journal([frame(7, 2, epoch=1, seg=7)])
+    j.purge_logs(w.req(), 5)
+    names = env.names(j.storage)
+    assert finalized_name(1, 3) not in names
+    assert finalized_name(4, 6) in names
+    assert inprogress_name(7) in names  # the open segment is never touched
+    assert j.journal([frame(9, 1, epoch=1, seg=7)]) == 9
+    j.purge_logs(w.req(), 100)
+    assert env.names(j.storage) == [inprogress_name(7)]
+
+
+def test_purge_marks_a_stray_in_progress_segment_stale(env: Env) -> None:
+    j = env.journal()
+    writing(j, epoch=1, seg=10, upto=12)
+    j = env.restart(j)
+    j.new_epoch(NS, 2)
+    j.purge_logs(Writer(2).req(), 5)
+    assert env.names(j.storage) == [inprogress_name(10) + ".stale"]
+
+
+def test_get_journaled_edits_counts(env: Env) -> None:
+    j = env.journal()
+    writing(j, epoch=1, upto=9)  # frames 1-3, 4-6, 7-9
+    e = j.get_journaled_edits(5, 10)
+    assert e.txn_count == 5
+    recs = []
+    off = 0
+    while off < len(e.frames):
+        h = framing.verify_frame(e.frames, off)
+        recs.extend(framing.decode_records(e.frames, off))
+        off += h.frame_len
+    assert recs == [b"t%d" % t for t in range(4, 10)]  # whole frames, from the one holding 5
+    e2 = j.get_journaled_edits(5, 2)
+    assert e2.txn_count == 2
+    h2 = framing.verify_frame(e2.frames)
+    assert (h2.first_txid, h2.frame_len) == (4, len(e2.frames))
+    assert j.get_journaled_edits(1, 3).txn_count == 3
+    assert j.get_journaled_edits(10, 5).txn_count == 0
+    assert j.get_journaled_edits(10, 5).frames == b""
+    with pytest.raises(NotFoundError):
+        j.get_journaled_edits(11, 5)
+    with pytest.raises(NotFoundError):
+        j.get_journaled_edits(0, 5)
+
+
+# -- recovery -----------------------------------------------------------------------------------
+
+
+def three_nodes(env: Env) -> tuple[Journal, Journal, Journal]:
+    """n0 holds 1-5, n1 holds 1-3, n2 has no segment (design §2.10.2-like), all from writer epoch 1."""
+    a, b, c = env.journal("n0"), env.journal("n1"), env.journal("n2")
+    writing(a, epoch=1, upto=5)
+    writing(b, epoch=1, upto=3)
+    writing(c, epoch=1)  # empty: moved aside at prepare
+    for j in (a, b, c):
+        j.new_epoch(NS, 2)
+    return a, b, c
+
+
+def test_prepare_and_accept_recovery(env: Env) -> None:
+    a, b, c = three_nodes(env)
+    w = Writer(2)
+    prep = {n: env.nodes[n].prepare_recovery(w.req(), 1) for n in ("n0", "n1", "n2")}
+    assert prep["n0"] == PrepareRecoveryResponse(SegmentState(1, 5, True, 1), None, 1, NO_TXID)
+    assert prep["n1"] == PrepareRecoveryResponse(SegmentState(1, 3, True, 1), None, 1, NO_TXID)
+    assert prep["n2"].segment_state is None and prep["n2"].last_writer_epoch == 1
+    assert inprogress_name(1) + ".empty" in env.names(c.storage)
+    target = SegmentState(1, 5, True, 1)
+    for j in (a, b, c):
+        j.accept_recovery(w.req(), target, "n0")
+    for j in (a, b, c):
+        data, state = j.read_segment_file(1)
+        assert state == target
+        assert records_of(data) == [b"t%d" % t for t in range(1, 6)]
+    # a later prepare (a newer writer) sees the accepted proposal with its epoch
+    w3 = Writer(3)
+    for j in (a, b, c):
+        assert j.prepare_recovery(w3.req(), 1) == PrepareRecoveryResponse(target, 2, 1, NO_TXID)
+    for j in (a, b, c):
+        j.finalize_log_segment(w3.req(), 1, 5)
+    # once finalized, the paxos record is gone and the finalized state is reported
+    for j in (a, b, c):
+        assert j.prepare_recovery(w3.req(), 1) == PrepareRecoveryResponse(SegmentState(1, 5, False, 1), None, 1, NO_TXID)
+        assert j.storage.list_paxos() == []
+
+
+def test_accept_recovery_on_finalized_segment_with_other_end(env: Env) -> None:
+    _, b, _ = three_nodes(env)
+    w = Writer(2)
+    b.finalize_log_segment(w.req(), 1, 3)
+    with pytest.raises(InvariantViolation):
+        b.accept_recovery(w.req(), SegmentState(1, 5, True, 1), "n0")
+    assert b.read_segment_file(1)[1] == SegmentState(1, 3, False, 1)
+    b.accept_recovery(w.req(), SegmentState(1, 3, True, 1), "n0")  # same end: nothing to change
+
+
+def test_accept_recovery_refuses_to_drop_a_committed_txid(env: Env) -> None:
+    a, _, _ = three_nodes(env)
+    w = Writer(2)
+    a.heartbeat(w.req(committed=5))
+    with pytest.raises(InvariantViolation):
+        a.accept_recovery(w.req(), SegmentState(1, 3, True, 1), "n1")
+    assert a.read_segment_file(1)[1] == SegmentState(1, 5, True, 1)
+
+
+def test_accept_recovery_rejects_bad_state_and_short_download(env: Env) -> None:
+    a, b, _ = three_nodes(env)
+    w = Writer(2)
+    with pytest.raises(SegmentStateError):
+        b.accept_recovery(w.req(), SegmentState(5, 4, True, 1), "n0")
+    # the source holds only 1-3, not the 1-5 the proposal names
+    a2 = env.journal("n3")
+    writing(a2, epoch=1, upto=3)
+    with pytest.raises(CorruptFrameError):
+        a.accept_recovery(w.req(), SegmentState(1, 4, True, 1), "n3")
+    assert a.storage.read_paxos(1) is None
+    assert a.read_segment_file(1)[1] == SegmentState(1, 5, True, 1)
+
+
+class CrashAt(JournalHooks):
+    def __init__(self, point: str) -> None:
+        self.point = point
+
+    def before_persist_paxos(self, journal_id: str, segment: int) -> None:
+        if self.point == "before":
+            raise RuntimeError("crash before the paxos commit point")
+
+    def after_persist_paxos(self, journal_id: str, segment: int) -> None:
+        if self.point == "after":
+            raise RuntimeError("crash after the paxos commit point")
+
+
+@pytest.mark.parametrize("point", ["before", "after"])
+def test_paxos_commit_point_and_roll_forward(env: Env, point: str) -> None:
+    src = env.journal("n0")
+    writing(src, epoch=1, upto=5)
+    b = env.journal("n1", hooks=CrashAt(point))
+    writing(b, epoch=1, upto=3)
+    b.new_epoch(NS, 2)
+    with pytest.raises(RuntimeError):
+        b.accept_recovery(Writer(2).req(), SegmentState(1, 5, True, 1), "n0")
+    b = env.restart(b, "n1")
+    prep = b.prepare_recovery(Writer(3).req(), 1)
+    if point == "before":  # no visible change: the download was never committed
+        assert prep == PrepareRecoveryResponse(SegmentState(1, 3, True, 1), None, 1, NO_TXID)
+    else:  # committed: rolled forward to the downloaded copy
+        assert prep == PrepareRecoveryResponse(SegmentState(1, 5, True, 1), 2, 1, NO_TXID)
+        assert records_of(b.read_segment_file(1)[0]) == [b"t%d" % t for t in range(1, 6)]
+
+
+def test_accept_recovery_replaces_a_same_length_copy_from_an_older_writer(env: Env) -> None:
+    # Epoch 1 wrote txid 1 to n0 only; epoch 2 (n0 unreachable) wrote a different txid 1 to n1 and n2.
+    n0, n1 = env.journal("n0"), env.journal("n1")
+    writing(n0, epoch=1)
+    n0.journal([frame(1, 1, epoch=1, seg=1, tag=b"old")])
+    writing(n1, epoch=2)
+    n1.journal([frame(1, 1, epoch=2, seg=1, tag=b"new")])
+    # Epoch 3 recovers: n1 wins on its writer epoch (seed 004) and every node accepts 1-1 from it.
+    w = Writer(3)
+    for j in (n0, n1):
+        j.new_epoch(NS, 3)
+    assert n1.prepare_recovery(w.req(), 1).last_writer_epoch > n0.prepare_recovery(w.req(), 1).last_writer_epoch
+    for j in (n0, n1):
+        j.accept_recovery(w.req(), SegmentState(1, 1, True, 2), "n1")
+        j.finalize_log_segment(w.req(), 1, 1)
+    assert records_of(n0.read_segment_file(1)[0]) == records_of(n1.read_segment_file(1)[0]) == [b"new1"]
+
+
+# -- disk specifics ------------------------------------------------------------------------------
+
+
+def test_torn_tail_is_cut_on_open_and_kept_aside(tmp_path: Path) -> None:
+    st = DiskStorage(str(tmp_path), JID)
+    j = Journal(st)
+    j.format(NS)
+    writing(j, epoch=1, upto=6)
+    j.close()
+    st.close()
+    path = tmp_path / JID / "current" / inprogress_name(1)
+    valid = path.stat().st_size
+    garbage = frame(7, 3, epoch=1, seg=1)[:-5]  # a frame cut short by a crash
+    with open(path, "ab") as f:
+        f.write(garbage)
+    st2 = DiskStorage(str(tmp_path), JID)
+    try:
+        j2 = Journal(st2)
+        assert path.stat().st_size == valid
+        kept = tmp_path / JID / "current" / f"{inprogress_name(1)}.corrupt-tail-{valid}"
+        assert kept.read_bytes() == garbage
+        assert j2.get_journal_state().highest_written_txid == 6
+        assert j2.get_edit_log_manifest(1, in_progress_ok=True).logs == (RemoteEditLog(1, 6, True),)
+        j2.new_epoch(NS, 2)
+        j2.finalize_log_segment(Writer(2).req(), 1, 6)
+        assert records_of(j2.read_segment_file(1)[0]) == [b"t%d" % t for t in range(1, 7)]
+    finally:
+        st2.close()
+
+
+@pytest.mark.parametrize("bad", ["../x", "", ".hidden", "a/b", "..", "/abs"])
+def test_hostile_journal_ids(tmp_path: Path, bad: str) -> None:
+    with pytest.raises(JournalIdError):
+        DiskStorage(str(tmp_path), bad)
+    with pytest.raises(JournalIdError):
+        MemoryStorage(bad)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_two_disk_storages_on_one_directory(tmp_path: Path) -> None:
+    st = DiskStorage(str(tmp_path), JID)
+    try:
+        with pytest.raises(StorageError):
+            DiskStorage(str(tmp_path), JID)
+    finally:
+        st.close()
+    DiskStorage(str(tmp_path), JID).close()  # free again once the first one let go
+
+
+# -- memory crash model --------------------------------------------------------------------------
+
+
+class _UnsyncedAppender:
+    """Wraps an appender whose ``sync`` the test can hold back: appended, not yet durable."""
+
+    def __init__(self, inner: SegmentAppender, owner: DeferredSyncStorage) -> None:
+        self._inner = inner
+        self._owner = owner
+
+    @property
+    def size(self) -> int:
+        return self._inner.size
+
+    def append(self, data: bytes) -> None:
+        self._inner.append(data)
+
+    def sync(self) -> None:
+        if not self._owner.hold_sync:
+            self._inner.sync()
+
+    def truncate(self, size: int) -> None:
+        self._inner.truncate(size)
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class DeferredSyncStorage(MemoryStorage):
+    hold_sync = False
+
+    def create_segment(self, start: int, header: bytes) -> SegmentAppender:
+        return _UnsyncedAppender(super().create_segment(start, header), self)
+
+
+def test_memory_crash_keeps_only_synced_txids() -> None:
+    st = DeferredSyncStorage(JID)
+    j = Journal(st)
+    j.format(NS)
+    w = writing(j, epoch=1, upto=3)
+    j.heartbeat(w.req(committed=3))  # best effort, not durable
+    st.hold_sync = True
+    j.journal([frame(4, 2, epoch=1, seg=1)])  # appended but never synced
+    assert len(st.read_file(inprogress_name(1))) > st.durable_size(inprogress_name(1))
+    st.hold_sync = False
+    st.crash()
+    j2 = Journal(st)
+    s = j2.get_journal_state()
+    assert (s.highest_written_txid, s.last_promised_epoch, s.last_writer_epoch) == (3, 1, 1)
+    assert s.committed_txid == NO_TXID
+    assert records_of(j2.read_segment_file(1)[0]) == [b"t1", b"t2", b"t3"]
+    with pytest.raises(StorageError):  # the dead process's appender is gone with it
+        j.journal([frame(6, 1, epoch=1, seg=1)])
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_memory_torn_crash_leaves_a_clean_prefix(seed: int) -> None:
+    st = DeferredSyncStorage(JID)
+    j = Journal(st)
+    j.format(NS)
+    writing(j, epoch=1, upto=3)
+    st.hold_sync = True
+    j.journal([frame(4, 2, epoch=1, seg=1), frame(6, 3, epoch=1, seg=1)])
+    st.crash(random.Random(seed))
+    j2 = Journal(st)
+    last = j2.get_journal_state().highest_written_txid
+    assert last in (3, 5, 8)  # whole frames only
+    assert records_of(j2.read_segment_file(1)[0]) == [b"t%d" % t for t in range(1, last + 1)]
+    # any partial frame was cut and kept aside
+    seg = st.read_file(inprogress_name(1))
+    assert framing.scan(seg, 1, SEGMENT_HEADER_SIZE).valid_end == len(seg)
+
+
+def test_memory_storage_basics() -> None:
+    st = MemoryStorage("abc")
+    assert st.journal_id == "abc"
+    assert st.describe() == "mem:abc"
+    assert not st.has_data()
+    st.write_long("x", 5, durable=False)
+    assert st.read_long("x") == 5
+    st.crash()
+    assert st.read_long("x") is None
+    st.write_long("x", 6)
+    st.write_long("x", 7, durable=False)
+    st.crash()
+    assert st.read_long("x") == 6
+    assert st.crashes == 2

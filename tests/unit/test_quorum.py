@@ -1,0 +1,328 @@
+"""QuorumCall over real futures completed from other threads (no sleeps: events order the threads)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from qjm.client.quorum import QuorumCall, majority
+from qjm.errors import FencedError, InvariantViolation, NodeUnavailableError, QuorumError
+
+NAMES = ["n0", "n1", "n2", "n3", "n4", "n5", "n6"]
+
+
+def futures(n: int) -> dict[str, Future[int]]:
+    return {NAMES[i]: Future() for i in range(n)}
+
+
+class SignallingClock:
+    """time.monotonic that sets ``waiting`` on every call.
+
+    QuorumCall reads its clock while holding its lock, and a future's callback needs that lock, so a
+    completer that starts once ``waiting`` is set delivers its results while the caller is parked in
+    ``Condition.wait``: this exercises the wake-up path without sleeping.
+    """
+
+    def __init__(self) -> None:
+        self.waiting = threading.Event()
+
+    def __call__(self) -> float:
+        self.waiting.set()
+        return time.monotonic()
+
+
+def complete_later(
+    clock: SignallingClock, actions: Iterable[tuple[Future[int], int | BaseException]]
+) -> threading.Thread:
+    """Complete the futures from another thread once the caller has started waiting."""
+
+    def run() -> None:
+        assert clock.waiting.wait(10)
+        for fut, outcome in actions:
+            if isinstance(outcome, BaseException):
+                fut.set_exception(outcome)
+            else:
+                fut.set_result(outcome)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+@pytest.mark.parametrize(("n", "expected"), [(1, 1), (2, 2), (3, 2), (4, 3), (5, 3), (6, 4), (7, 4)])
+def test_majority(n: int, expected: int) -> None:
+    assert majority(n) == expected
+    # any two majorities intersect, and a majority can lose n - majority nodes
+    assert 2 * majority(n) > n
+    assert 2 * (majority(n) - 1) <= n
+
+
+def test_majority_rejects_negative() -> None:
+    with pytest.raises(ValueError):
+        majority(-1)
+
+
+def test_write_quorum_returns_at_two_of_three() -> None:
+    fs = futures(3)
+    clock = SignallingClock()
+    call = QuorumCall(fs, clock=clock)
+    t = complete_later(clock, [(fs["n0"], 10), (fs["n2"], 12)])  # n1 never answers
+    start = time.monotonic()
+    got = call.wait_for_write_quorum(30.0, "journal")
+    assert time.monotonic() - start < 5
+    assert got == {"n0": 10, "n2": 12}
+    t.join(5)
+    # the returned dict is a copy: later results and caller edits do not leak either way
+    fs["n1"].set_result(11)
+    assert got == {"n0": 10, "n2": 12}
+    assert call.successes == {"n0": 10, "n1": 11, "n2": 12}
+    got["n9"] = 99
+    assert "n9" not in call.successes
+
+
+def test_write_quorum_fails_at_two_failures_with_per_node_causes() -> None:
+    fs = futures(3)
+    clock = SignallingClock()
+    call = QuorumCall(fs, clock=clock)
+    e0, e1 = FencedError("newer writer", request_epoch=1, promised_epoch=2), NodeUnavailableError("down")
+    t = complete_later(clock, [(fs["n0"], e0), (fs["n1"], e1)])  # n2 never answers
+    start = time.monotonic()
+    with pytest.raises(QuorumError) as info:
+        call.wait_for_write_quorum(30.0, "start_log_segment")
+    assert time.monotonic() - start < 5  # did not wait for n2 or the timeout
+    assert info.value.causes == {"n0": e0, "n1": e1}
+    assert info.value.successes == {}
+    assert info.value.fenced
+    assert "start_log_segment" in str(info.value)
+    t.join(5)
+
+
+def test_write_quorum_one_failure_two_successes() -> None:
+    fs = futures(3)
+    fs["n1"].set_exception(NodeUnavailableError("down"))  # done before the call exists
+    clock = SignallingClock()
+    call = QuorumCall(fs, clock=clock)
+    t = complete_later(clock, [(fs["n0"], 1), (fs["n2"], 3)])
+    assert call.wait_for_write_quorum(30.0, "op") == {"n0": 1, "n2": 3}
+    assert set(call.exceptions) == {"n1"}
+    t.join(5)
+
+
+def test_timeout_raises_quorum_error() -> None:
+    fs = futures(3)
+    fs["n0"].set_result(1)
+    call = QuorumCall(fs)
+    start = time.monotonic()
+    with pytest.raises(QuorumError, match=r"timed out after 0\.2s") as info:
+        call.wait_for_write_quorum(0.2, "new_epoch")
+    assert time.monotonic() - start < 5
+    assert "new_epoch" in str(info.value)
+    assert info.value.successes == {"n0": 1}
+    assert info.value.causes == {}
+
+
+def test_injected_clock_drives_the_deadline() -> None:
+    """A clock that jumps past the deadline times the call out without any real waiting."""
+    ticks = iter([0.0, 1000.0, 2000.0, 3000.0])
+    call = QuorumCall(futures(3), clock=lambda: next(ticks))
+    start = time.monotonic()
+    with pytest.raises(QuorumError, match="timed out"):
+        call.wait_for_write_quorum(600.0, "op")
+    assert time.monotonic() - start < 5
+
+
+def test_invariant_violation_is_reraised_at_once() -> None:
+    fs = futures(3)
+    clock = SignallingClock()
+    call = QuorumCall(fs, clock=clock)
+    bad = InvariantViolation("would discard committed txid")
+    t = complete_later(clock, [(fs["n2"], bad)])
+    start = time.monotonic()
+    with pytest.raises(InvariantViolation) as info:
+        call.wait_for_write_quorum(30.0, "accept_recovery")
+    assert info.value is bad
+    assert time.monotonic() - start < 5
+    t.join(5)
+
+
+def test_invariant_violation_wins_over_a_met_quorum() -> None:
+    fs = futures(3)
+    fs["n0"].set_result(0)
+    fs["n1"].set_result(1)
+    fs["n2"].set_exception(InvariantViolation("finalized segments differ"))
+    with pytest.raises(InvariantViolation):
+        QuorumCall(fs).wait_for_write_quorum(30.0, "finalize")
+
+
+def test_wait_for_all_success() -> None:
+    fs = futures(3)
+    clock = SignallingClock()
+    call = QuorumCall(fs, clock=clock)
+    t = complete_later(clock, [(fs[n], i) for i, n in enumerate(fs)])
+    assert call.wait_for_all(30.0, "format") == {"n0": 0, "n1": 1, "n2": 2}
+    t.join(5)
+
+
+def test_wait_for_all_fails_at_first_exception() -> None:
+    fs = futures(3)
+    clock = SignallingClock()
+    call = QuorumCall(fs, clock=clock)
+    err = NodeUnavailableError("disk gone")
+    t = complete_later(clock, [(fs["n0"], 0), (fs["n1"], err)])  # n2 never answers
+    start = time.monotonic()
+    with pytest.raises(QuorumError) as info:
+        call.wait_for_all(30.0, "format")
+    assert time.monotonic() - start < 5
+    assert info.value.causes == {"n1": err}
+    assert info.value.successes == {"n0": 0}
+    t.join(5)
+
+
+def test_wait_for_all_times_out() -> None:
+    fs = futures(2)
+    fs["n0"].set_result(0)
+    start = time.monotonic()
+    with pytest.raises(QuorumError, match="timed out"):
+        QuorumCall(fs).wait_for_all(0.2, "format")
+    assert time.monotonic() - start < 5
+
+
+def test_wait_for_min_responses_counts_failures_too() -> None:
+    fs = futures(3)
+    fs["n0"].set_result(0)
+    fs["n1"].set_exception(NodeUnavailableError("x"))
+    call = QuorumCall(fs)
+    call.wait_for(2, 0, -1, 30.0, "is_formatted")  # 2 responses, whatever they are
+    assert call.responses == 2
+    with pytest.raises(QuorumError, match="timed out"):
+        call.wait_for(3, 0, -1, 0.2, "is_formatted")
+
+
+def test_wait_for_max_exceptions() -> None:
+    fs = futures(3)
+    fs["n0"].set_exception(NodeUnavailableError("x"))
+    call = QuorumCall(fs)
+    call.wait_for(0, 0, 0, 30.0, "op")  # more than 0 exceptions: returns at once
+    with pytest.raises(QuorumError):
+        call.wait_for(0, 0, 1, 0.2, "op")
+
+
+def test_all_answered_without_meeting_the_condition_fails_fast() -> None:
+    fs = futures(3)
+    for i, f in enumerate(fs.values()):
+        f.set_result(i)
+    start = time.monotonic()
+    with pytest.raises(QuorumError, match="all 3 nodes answered"):
+        QuorumCall(fs).wait_for(0, 4, -1, 30.0, "op")
+    assert time.monotonic() - start < 5
+
+
+def test_cancel_cancels_outstanding_futures_only() -> None:
+    fs = futures(3)
+    fs["n0"].set_result(0)
+    running = fs["n1"]
+    assert running.set_running_or_notify_cancel()
+    call = QuorumCall(fs)
+    call.cancel()
+    assert fs["n2"].cancelled()
+    assert not running.cancelled()
+    assert isinstance(call.exceptions["n2"], CancelledError)
+    assert call.successes == {"n0": 0}
+    running.set_result(1)
+    assert call.successes == {"n0": 0, "n1": 1}
+
+
+def test_result_dicts_are_safe_to_iterate_while_results_arrive() -> None:
+    fs = futures(3)
+    fs["n0"].set_result(0)
+    call = QuorumCall(fs)
+    snapshot = call.successes
+    it = iter(snapshot.items())
+    assert next(it) == ("n0", 0)
+    fs["n1"].set_result(1)
+    fs["n2"].set_exception(NodeUnavailableError("x"))
+    assert list(it) == []  # no "dictionary changed size during iteration"
+    assert snapshot == {"n0": 0}
+    assert call.successes == {"n0": 0, "n1": 1}
+    assert set(call.exceptions) == {"n2"}
+
+
+def test_empty_call() -> None:
+    call: QuorumCall[int] = QuorumCall({})
+    assert call.wait_for_all(1.0, "op") == {}
+    with pytest.raises(QuorumError):
+        call.wait_for_write_quorum(1.0, "op")
+
+
+def test_futures_from_an_executor() -> None:
+    """The shape the logger set uses: one submitted call per node."""
+    barrier = threading.Barrier(3)
+
+    def rpc(i: int) -> Callable[[], int]:
+        def go() -> int:
+            barrier.wait(10)  # all three calls really run concurrently
+            if i == 1:
+                raise NodeUnavailableError("n1 down")
+            return i * 10
+
+        return go
+
+    with ThreadPoolExecutor(3) as pool:
+        call = QuorumCall({f"n{i}": pool.submit(rpc(i)) for i in range(3)})
+        assert call.wait_for_write_quorum(30.0, "journal") == {"n0": 0, "n2": 20}
+
+
+# -- property: the outcome is decided by the majority rule alone ----------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.booleans(), min_size=1, max_size=7), st.data())
+def test_write_quorum_matches_majority_rule(pattern: list[bool], data: st.DataObject) -> None:
+    n = len(pattern)
+    fs = futures(n)
+    names = list(fs)
+    oks = {names[i] for i in range(n) if pattern[i]}
+    fails = set(names) - oks
+    early = data.draw(st.sets(st.sampled_from(names)), label="done before the call")
+    order = data.draw(st.permutations([x for x in names if x not in early]), label="completion order")
+
+    def finish(name: str) -> None:
+        if name in oks:
+            fs[name].set_result(names.index(name))
+        else:
+            fs[name].set_exception(NodeUnavailableError(name))
+
+    for name in early:
+        finish(name)
+    clock = SignallingClock()
+    call = QuorumCall(fs, clock=clock)
+
+    def late() -> None:
+        assert clock.waiting.wait(10)
+        for name in order:
+            finish(name)
+
+    t = threading.Thread(target=late, daemon=True)
+    t.start()
+    dumb_ok = 2 * len(oks) > n
+    try:
+        got = call.wait_for_write_quorum(30.0, "op")
+    except QuorumError as e:
+        assert not dumb_ok
+        assert set(e.causes) <= fails
+        assert set(e.successes) <= oks
+        assert len(e.successes) < majority(n)
+    else:
+        assert dumb_ok
+        assert set(got) <= oks
+        assert len(got) >= majority(n)
+        assert all(got[k] == names.index(k) for k in got)
+    finally:
+        t.join(10)
+    assert not t.is_alive()
