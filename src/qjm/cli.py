@@ -63,10 +63,10 @@ def _status(a: argparse.Namespace) -> int:
         if "error" in r:
             print(f"{r['node']:<22} DOWN: {r['error']}")
             continue
-        segs = r.get("segments") or []
+        segs: list[object] = list(r.get("segments") or [])
         shown = ", ".join(str(s).replace("edits_", "") for s in segs[-3:])
         more = f" (+{len(segs) - 3} older)" if len(segs) > 3 else ""
-        written = int(r["highest_written_txid"])  # type: ignore[call-overload]
+        written = int(str(r["highest_written_txid"]))
         print(
             f"{r['node']:<22} {r['promised_epoch']:>8} {r['writer_epoch']:>6} {r['committed_txid']:>10} "
             f"{written:>10} {highest - written:>6}  {shown}{more}"
@@ -111,7 +111,10 @@ def _dump(a: argparse.Namespace) -> int:
         if a.records:
             for i, rec in enumerate(framing.decode_records(data, off)):
                 print(f"      {fh.first_txid + i}: {rec[:60]!r}{'...' if len(rec) > 60 else ''}")
-    print(f"  {res.frame_count} frames, last txid {res.last_txid}, tail {res.tail}" + (f": {res.error}" if res.error else ""))
+    print(
+        f"  {res.frame_count} frames, last txid {res.last_txid}, tail {res.tail}"
+        + (f": {res.error}" if res.error else "")
+    )
     return 0 if res.tail == "clean" else 2
 
 

@@ -99,6 +99,7 @@ class QJMConfig:
     batch_delay: float = 0.002
     max_inflight_batches: int = 64
     close_grace: float = 2.0
+    epoch_attempts: int = 5  # open_writer retries a lost epoch race (writers proposing at once)
     namespace_id: int = 0x514A4D  # "QJM"
     cluster_id: str = "qjm"
 

@@ -50,12 +50,13 @@ def run_demo(records: int = 2000) -> int:
 
         _step(4, "node 2 restarts: a torn tail from the SIGKILL, if any, is cut (and kept aside)")
         c.start(2)
-        print(f"    node 2 is back with A's segment as far as it got; A still writes to the majority")
+        print("    node 2 is back with A's segment as far as it got; A still writes to the majority")
 
         _step(5, "writer B opens the journal: new epoch (fences A), Paxos recovery of A's open segment")
         t = time.monotonic()
         b = open_writer(c.uri)
-        print(f"    B won epoch {b.epoch} and recovered the log to txid {b.last_txid} in {1000 * (time.monotonic() - t):.1f} ms")
+        took = 1000 * (time.monotonic() - t)
+        print(f"    B won epoch {b.epoch} and recovered the log to txid {b.last_txid} in {took:.1f} ms")
         print("    (node 2 downloaded the recovered segment from the recovery source)")
 
         _step(6, "writer A tries to go on")

@@ -7,6 +7,7 @@ that finalized copies are byte-identical (invariant 2).
 
 from __future__ import annotations
 
+import itertools
 import os
 
 import pytest
@@ -51,7 +52,7 @@ def recover_with(c: MiniJournalCluster, nodes: list[int]) -> int:
             c.start(i)
     # Nodes answer in the order listed, so the first majority of ``nodes`` is the quorum that decides.
     plan = FaultPlan()
-    for leader, follower in zip(nodes, nodes[1:], strict=False):
+    for leader, follower in itertools.pairwise(nodes):
         plan.answer_after(c.name(follower), c.name(leader))
     w = ScriptedWriter(c.uri, hooks=plan)
     try:
@@ -124,7 +125,9 @@ def setup_2_10_2(c: MiniJournalCluster) -> None:
 
 
 @pytest.mark.parametrize(("nodes", "end"), [([0, 1], 153), ([0, 2], 150), ([1, 2], 153), ([0, 1, 2], 153)])
-def test_design_2_10_2_middle_of_log_prior_quorum_failed(icluster: MiniJournalCluster, nodes: list[int], end: int) -> None:
+def test_design_2_10_2_middle_of_log_prior_quorum_failed(
+    icluster: MiniJournalCluster, nodes: list[int], end: int
+) -> None:
     """Lengths 150/153/125: the quorum seen decides 150 or 153, never 125 (rule 3c)."""
     setup_2_10_2(icluster)
     assert recover_with(icluster, nodes) == end

@@ -521,7 +521,9 @@ def test_prepare_and_accept_recovery(env: Env) -> None:
         j.finalize_log_segment(w3.req(), 1, 5)
     # once finalized, the paxos record is gone and the finalized state is reported
     for j in (a, b, c):
-        assert j.prepare_recovery(w3.req(), 1) == PrepareRecoveryResponse(SegmentState(1, 5, False, 1), None, 1, NO_TXID)
+        assert j.prepare_recovery(w3.req(), 1) == PrepareRecoveryResponse(
+            SegmentState(1, 5, False, 1), None, 1, NO_TXID
+        )
         assert j.storage.list_paxos() == []
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 PUBLIC_API: dict[str, tuple[str, ...]] = {
     "framing": (
@@ -46,7 +46,12 @@ def _load(role: str) -> tuple[ModuleType, str]:
 
 
 _fallbacks: list[str] = []
-framing, _framing_backend = _load("framing")
+if TYPE_CHECKING:  # both backends offer the twin's API; type-check against the twin
+    from qjm._native import framing_py as framing
+
+    _framing_backend = "python"
+else:
+    framing, _framing_backend = _load("framing")
 for _name in PUBLIC_API["framing"]:
     if not hasattr(framing, _name):
         raise ImportError(f"qjm._native: backend module {framing.__name__} lacks {_name}")

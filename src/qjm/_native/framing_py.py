@@ -50,8 +50,9 @@ def encode_frame(records: Sequence[Buffer], *, epoch: int, segment_txid: int, fi
         raise ValueError(f"{len(records)} records exceed the limit of {MAX_RECORDS} per frame")
     parts: list[bytes] = []
     for r in records:
-        parts.append(RECORD_PREFIX.pack(len(r)))
-        parts.append(bytes(r))
+        b = bytes(r)  # raw bytes: len() of a memoryview counts items, not bytes
+        parts.append(RECORD_PREFIX.pack(len(b)))
+        parts.append(b)
     payload = b"".join(parts)
     if len(payload) > MAX_PAYLOAD:
         raise ValueError(f"batch of {len(payload)} bytes exceeds the frame limit of {MAX_PAYLOAD}")
@@ -69,7 +70,7 @@ def _with_header(payload: bytes, count: int, epoch: int, segment_txid: int, firs
 class FrameBuilder:
     """Accumulates records of the open batch; ``take`` frames them and starts a new batch."""
 
-    __slots__ = ("_parts", "_count", "_nbytes")
+    __slots__ = ("_count", "_nbytes", "_parts")
 
     def __init__(self) -> None:
         self._parts: list[bytes] = []
@@ -86,6 +87,7 @@ class FrameBuilder:
         return self._nbytes
 
     def add(self, record: Buffer) -> None:
+        record = bytes(record)
         n = len(record)
         if self._nbytes + RECORD_PREFIX_SIZE + n > MAX_PAYLOAD:
             raise ValueError(f"record of {n} bytes does not fit in a frame (limit {MAX_PAYLOAD} bytes)")
@@ -119,20 +121,24 @@ def decode_header(buf: Buffer, offset: int = 0) -> FrameHeader:
             reason="short_header",
             offset=offset,
         )
-    (magic, version, flags, count, plen, epoch, seg, first, pxxh, reserved, hxxh) = FRAME_HEADER.unpack_from(
-        mv, offset
-    )
+    (magic, version, flags, count, plen, epoch, seg, first, pxxh, reserved, hxxh) = FRAME_HEADER.unpack_from(mv, offset)
     if magic != FRAME_MAGIC:
         raise CorruptFrameError(f"bad frame magic {magic:#010x} at offset {offset}", reason="magic", offset=offset)
     if _xxh3(mv[offset : offset + FRAME_HEADER_CHECKED]) != hxxh:
-        raise CorruptFrameError(f"frame header checksum mismatch at offset {offset}", reason="header_checksum", offset=offset)
+        raise CorruptFrameError(
+            f"frame header checksum mismatch at offset {offset}", reason="header_checksum", offset=offset
+        )
     if version != FORMAT_VERSION:
-        raise CorruptFrameError(f"unsupported frame version {version} at offset {offset}", reason="version", offset=offset)
+        raise CorruptFrameError(
+            f"unsupported frame version {version} at offset {offset}", reason="version", offset=offset
+        )
     if flags != 0 or reserved != 0:
         raise CorruptFrameError(f"reserved frame fields set at offset {offset}", reason="reserved", offset=offset)
     if plen > MAX_PAYLOAD:
         raise CorruptFrameError(
-            f"frame payload length {plen} exceeds the limit {MAX_PAYLOAD} at offset {offset}", reason="length", offset=offset
+            f"frame payload length {plen} exceeds the limit {MAX_PAYLOAD} at offset {offset}",
+            reason="length",
+            offset=offset,
         )
     if count == 0 or count > MAX_RECORDS or count * RECORD_PREFIX_SIZE > plen:
         raise CorruptFrameError(
@@ -146,7 +152,9 @@ def decode_header(buf: Buffer, offset: int = 0) -> FrameHeader:
             reason="txid",
             offset=offset,
         )
-    return FrameHeader(epoch=epoch, segment_txid=seg, first_txid=first, record_count=count, payload_len=plen, payload_xxh3=pxxh)
+    return FrameHeader(
+        epoch=epoch, segment_txid=seg, first_txid=first, record_count=count, payload_len=plen, payload_xxh3=pxxh
+    )
 
 
 def _check_records(payload: memoryview, count: int, offset: int) -> None:
@@ -154,14 +162,20 @@ def _check_records(payload: memoryview, count: int, offset: int) -> None:
     end = len(payload)
     for _ in range(count):
         if end - pos < RECORD_PREFIX_SIZE:
-            raise CorruptFrameError(f"record prefix overruns the payload in frame at {offset}", reason="records", offset=offset)
+            raise CorruptFrameError(
+                f"record prefix overruns the payload in frame at {offset}", reason="records", offset=offset
+            )
         (n,) = RECORD_PREFIX.unpack_from(payload, pos)
         pos += RECORD_PREFIX_SIZE
         if n > end - pos:
-            raise CorruptFrameError(f"record length {n} overruns the payload in frame at {offset}", reason="records", offset=offset)
+            raise CorruptFrameError(
+                f"record length {n} overruns the payload in frame at {offset}", reason="records", offset=offset
+            )
         pos += n
     if pos != end:
-        raise CorruptFrameError(f"{end - pos} stray bytes after the last record in frame at {offset}", reason="records", offset=offset)
+        raise CorruptFrameError(
+            f"{end - pos} stray bytes after the last record in frame at {offset}", reason="records", offset=offset
+        )
 
 
 def verify_frame(buf: Buffer, offset: int = 0) -> FrameHeader:
@@ -177,7 +191,9 @@ def verify_frame(buf: Buffer, offset: int = 0) -> FrameHeader:
         )
     payload = mv[start : start + h.payload_len]
     if _xxh3(payload) != h.payload_xxh3:
-        raise CorruptFrameError(f"frame payload checksum mismatch at offset {offset}", reason="payload_checksum", offset=offset)
+        raise CorruptFrameError(
+            f"frame payload checksum mismatch at offset {offset}", reason="payload_checksum", offset=offset
+        )
     _check_records(payload, h.record_count, offset)
     return h
 
@@ -205,7 +221,9 @@ def encode_segment_header(start_txid: int, epoch: int) -> bytes:
 def decode_segment_header(buf: Buffer) -> SegmentHeader:
     mv = memoryview(buf)
     if len(mv) < SEGMENT_HEADER_SIZE:
-        raise TornTailError(f"segment header cut short ({len(mv)} of {SEGMENT_HEADER_SIZE} bytes)", reason="short_header", offset=0)
+        raise TornTailError(
+            f"segment header cut short ({len(mv)} of {SEGMENT_HEADER_SIZE} bytes)", reason="short_header", offset=0
+        )
     magic, version, _flags, start, epoch, _res, hxxh = SEGMENT_HEADER.unpack_from(mv, 0)
     if magic != SEGMENT_MAGIC:
         raise CorruptFrameError(f"bad segment magic {magic:#010x}", reason="magic", offset=0)
@@ -276,7 +294,13 @@ def scan(buf: Buffer, start_txid: int, offset: int = SEGMENT_HEADER_SIZE) -> Sca
         pos += h.frame_len
     tail = "clean" if not error else "torn"
     return ScanResult(
-        valid_end=pos, frame_count=count, first_txid=first, last_txid=expected - 1, last_epoch=last_epoch, tail=tail, error=error
+        valid_end=pos,
+        frame_count=count,
+        first_txid=first,
+        last_txid=expected - 1,
+        last_epoch=last_epoch,
+        tail=tail,
+        error=error,
     )
 
 

@@ -33,7 +33,6 @@ from qjm.errors import (
 )
 from qjm.protocol import convert, wire
 from qjm.protocol import qjournal_pb2 as pb
-from qjm.protocol import qjournal_pb2_grpc as pbg
 from qjm.protocol.messages import (
     NO_TXID,
     EditLogManifest,
@@ -45,7 +44,7 @@ from qjm.protocol.messages import (
     RequestInfo,
     SegmentState,
 )
-from qjm.protocol.rpcmeta import CLIENT_GRPC_OPTIONS, ERROR_CODE_KEY
+from qjm.protocol.rpcmeta import CLIENT_GRPC_OPTIONS, ERROR_CODE_KEY, make_stub, rpc_code
 
 log = logging.getLogger("qjm.channel")
 T = TypeVar("T")
@@ -53,9 +52,11 @@ T = TypeVar("T")
 
 def error_from_rpc(node: str, e: grpc.RpcError) -> QJMError:
     """Rebuild the node's typed error from the status and trailing metadata it sent."""
-    code = e.code() if isinstance(e, grpc.Call) else None
-    md = dict(e.trailing_metadata() or ()) if isinstance(e, grpc.Call) else {}
-    details = (e.details() if isinstance(e, grpc.Call) else None) or str(e)
+    code = rpc_code(e)
+    trailing = getattr(e, "trailing_metadata", None)
+    md = dict(trailing() or ()) if callable(trailing) else {}
+    details_fn = getattr(e, "details", None)
+    details = (details_fn() if callable(details_fn) else None) or str(e)
     qcode = md.get(ERROR_CODE_KEY)
     if isinstance(qcode, str):
         return errors.from_code(qcode, f"{node}: {details}")
@@ -203,7 +204,7 @@ class RemoteLogger:
         self.life = life or WriterLife()
         self._name = str(address)
         self._channel = grpc.insecure_channel(self._name, options=CLIENT_GRPC_OPTIONS)
-        self._stub = pbg.QJournalStub(self._channel)
+        self._stub = make_stub(self._channel)
         self._exec = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"qjm-ctl-{self._name}")
         self._par = ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"qjm-read-{self._name}")
         self._epoch = -1
@@ -231,7 +232,7 @@ class RemoteLogger:
         try:
             out = method(request, timeout=timeout)
         except grpc.RpcError as e:
-            if not isinstance(e, grpc.Call) or e.code() != grpc.StatusCode.UNAVAILABLE:
+            if rpc_code(e) != grpc.StatusCode.UNAVAILABLE:
                 raise
             self._reachable = False
             ping = pb.JournalIdRequest(journal_id=self.journal_id)
@@ -515,7 +516,7 @@ class RemoteLogger:
             self.life.check()
             self.hooks.before(self._name, "journal")
             with self._seg_lock:
-                if self._out_of_sync:
+                if self._out_of_sync and not self._starting:  # a pending start may bring the node back
                     raise OutOfSyncError(f"{self._name}: out of sync until the next segment")
                 link = self._link
                 queued = link.queued_bytes if link is not None else 0

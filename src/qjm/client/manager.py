@@ -69,7 +69,13 @@ class QuorumJournalManager:
         would let one dead node block every new writer.
         """
         call = self.loggers.call(lambda lg: lg.is_formatted())
-        call.wait_for(self.loggers.majority, 0, self.loggers.size - self.loggers.majority, self.config.timeouts.operations, "is_formatted")
+        call.wait_for(
+            self.loggers.majority,
+            0,
+            self.loggers.size - self.loggers.majority,
+            self.config.timeouts.operations,
+            "is_formatted",
+        )
         if len(call.successes) + len(call.exceptions) < self.loggers.majority or (
             len(call.exceptions) > self.loggers.size - self.loggers.majority
         ):
@@ -85,9 +91,9 @@ class QuorumJournalManager:
             self.config.timeouts.get_journal_state, "get_journal_state"
         )
         proposed = max(s.last_promised_epoch for s in states.values()) + 1
-        self._new_epoch_replies = self.loggers.call(lambda lg: lg.new_epoch(self.namespace, proposed)).wait_for_write_quorum(
-            self.config.timeouts.new_epoch, f"new_epoch({proposed})"
-        )
+        self._new_epoch_replies = self.loggers.call(
+            lambda lg: lg.new_epoch(self.namespace, proposed)
+        ).wait_for_write_quorum(self.config.timeouts.new_epoch, f"new_epoch({proposed})")
         self.epoch = proposed
         self.loggers.set_epoch(proposed)
         log.info("journal %s: won epoch %d", self.journal_id, proposed)

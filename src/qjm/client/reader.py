@@ -144,7 +144,9 @@ class Reader:
                 del buf[:pos]
                 pos = 0
         if self.next_txid <= copy.end:
-            raise CorruptFrameError(f"{copy.node}: segment {copy.start} ended at txid {self.next_txid - 1}, not {copy.end}")
+            raise CorruptFrameError(
+                f"{copy.node}: segment {copy.start} ended at txid {self.next_txid - 1}, not {copy.end}"
+            )
 
     def _records_of(self, buf: bytes | bytearray, pos: int, first: int, limit: int) -> Iterator[Record]:
         if first > self.next_txid:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import random
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from qjm.client.loggers import CallHooks
 from qjm.client.manager import QuorumJournalManager
 from qjm.client.quorum import QuorumCall
 from qjm.config import QJMConfig, config_from
-from qjm.errors import FencedError, NotFormattedError, QJMError, QuorumError
+from qjm.errors import EpochError, FencedError, NotFormattedError, QJMError, QuorumError
 
 log = logging.getLogger("qjm.writer")
 
@@ -251,16 +252,29 @@ def open_writer(
     ``QJMConfig`` fields (``batch_bytes=...``) or timeouts (``write_txns_timeout=5``).
     """
     cfg = config or config_from(dict(options))
-    qjm = QuorumJournalManager(uri, config=cfg, hooks=hooks)
-    try:
-        if not qjm.is_formatted():
-            if not create:
-                raise NotFormattedError(
-                    f"journal {qjm.journal_id} is not formatted on any node; run `qjm format {uri}` or pass create=True"
-                )
-            qjm.format()
-        last = qjm.recover_unfinalized_segments()
-        return Writer(qjm, last)
-    except BaseException:
-        qjm.close()
-        raise
+    rng = random.Random()
+    for attempt in range(1, cfg.epoch_attempts + 1):
+        qjm = QuorumJournalManager(uri, config=cfg, hooks=hooks)
+        try:
+            if not qjm.is_formatted():
+                if not create:
+                    raise NotFormattedError(
+                        f"journal {qjm.journal_id} is not formatted on any node; "
+                        f"run `qjm format {uri}` or pass create=True"
+                    )
+                qjm.format()
+            last = qjm.recover_unfinalized_segments()
+            return Writer(qjm, last)
+        except QuorumError as e:
+            qjm.close()
+            # Writers racing for the same epoch can split the nodes' promises so that none wins
+            # (design §2.5 fn. 2); back off a random moment and propose again above the new promises.
+            lost_race = qjm.epoch == 0 and any(isinstance(c, EpochError) for c in e.causes.values())
+            if not lost_race or attempt == cfg.epoch_attempts:
+                raise
+            log.info("journal %s: lost an epoch race (attempt %d); retrying", qjm.journal_id, attempt)
+            threading.Event().wait(rng.uniform(0.005, 0.03) * attempt)
+        except BaseException:
+            qjm.close()
+            raise
+    raise AssertionError("unreachable")

@@ -94,10 +94,15 @@ def prepare_from_pb(p: pb.PrepareRecoveryResponse) -> PrepareRecoveryResponse:
 
 def manifest_to_pb(m: EditLogManifest) -> pb.ManifestResponse:
     return pb.ManifestResponse(
-        logs=[pb.RemoteEditLogProto(start_txid=x.start_txid, end_txid=x.end_txid, in_progress=x.in_progress) for x in m.logs],
+        logs=[
+            pb.RemoteEditLogProto(start_txid=x.start_txid, end_txid=x.end_txid, in_progress=x.in_progress)
+            for x in m.logs
+        ],
         committed_txid=m.committed_txid,
     )
 
 
 def manifest_from_pb(p: pb.ManifestResponse) -> EditLogManifest:
-    return EditLogManifest(tuple(RemoteEditLog(x.start_txid, x.end_txid, x.in_progress) for x in p.logs), p.committed_txid)
+    return EditLogManifest(
+        tuple(RemoteEditLog(x.start_txid, x.end_txid, x.in_progress) for x in p.logs), p.committed_txid
+    )

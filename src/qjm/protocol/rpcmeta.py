@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
+
+import grpc
 
 GRPC_OPTIONS: Final = [
     ("grpc.max_send_message_length", 256 * 1024 * 1024),
@@ -19,3 +21,22 @@ CLIENT_GRPC_OPTIONS: Final = [
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
 ]
+
+
+def make_stub(channel: grpc.Channel) -> Any:
+    """The generated stub (its module has no type stubs, so it is typed ``Any`` in one place)."""
+    from qjm.protocol import qjournal_pb2_grpc as pbg
+
+    return pbg.QJournalStub(channel)  # type: ignore[no-untyped-call]
+
+
+def add_servicer(servicer: object, server: grpc.Server) -> None:
+    from qjm.protocol import qjournal_pb2_grpc as pbg
+
+    pbg.add_QJournalServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+
+
+def rpc_code(e: BaseException) -> grpc.StatusCode | None:
+    """The status of a failed call (grpc's errors are both RpcError and Call at run time)."""
+    code = getattr(e, "code", None)
+    return code() if callable(code) else None

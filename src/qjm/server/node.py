@@ -13,8 +13,7 @@ import grpc
 from qjm._native import framing
 from qjm.errors import CorruptFrameError, NotFoundError
 from qjm.protocol import qjournal_pb2 as pb
-from qjm.protocol import qjournal_pb2_grpc as pbg
-from qjm.protocol.rpcmeta import GRPC_OPTIONS
+from qjm.protocol.rpcmeta import GRPC_OPTIONS, add_servicer, make_stub
 from qjm.server.data import DataServer
 from qjm.server.journal import Journal, JournalHooks
 from qjm.server.rpc import QJournalServicer
@@ -23,15 +22,16 @@ from qjm.server.storage import DiskStorage
 log = logging.getLogger("qjm.node")
 
 
-
 def fetch_segment(source: str, journal_id: str, segment: int, timeout: float = 60.0) -> bytes:
     """Download a segment from another node's control plane and verify what its sender vouched for."""
     with grpc.insecure_channel(source, options=GRPC_OPTIONS) as ch:
-        stub = pbg.QJournalStub(ch)
+        stub = make_stub(ch)
         parts: list[bytes] = []
         last: pb.SegmentChunk | None = None
         try:
-            for chunk in stub.DownloadSegment(pb.SegmentRequest(journal_id=journal_id, segment_txid=segment), timeout=timeout):
+            for chunk in stub.DownloadSegment(
+                pb.SegmentRequest(journal_id=journal_id, segment_txid=segment), timeout=timeout
+            ):
                 parts.append(chunk.data)
                 if chunk.last:
                     last = chunk
@@ -66,7 +66,7 @@ class JournalNode:
         self._storages: list[DiskStorage] = []
         self._lock = threading.Lock()
         self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=rpc_workers), options=GRPC_OPTIONS)
-        pbg.add_QJournalServicer_to_server(QJournalServicer(self.get_journal, lambda: self.data_address), self._grpc)
+        add_servicer(QJournalServicer(self.get_journal, lambda: self.data_address), self._grpc)
         self.rpc_port = self._grpc.add_insecure_port(f"{host}:{rpc_port}")
         if self.rpc_port == 0:
             raise OSError(f"cannot bind the control plane to {host}:{rpc_port}")

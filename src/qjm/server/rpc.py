@@ -44,7 +44,7 @@ def status_for(e: QJMError) -> grpc.StatusCode:
         if cls in _STATUS:
             if isinstance(e, errors.StorageError) and getattr(e, "errno", None) == errno.ENOSPC:
                 return grpc.StatusCode.RESOURCE_EXHAUSTED
-            return _STATUS[cls]  # type: ignore[index]
+            return _STATUS[cls]
     return grpc.StatusCode.UNKNOWN
 
 
@@ -59,16 +59,18 @@ class QJournalServicer(pbg.QJournalServicer):
         try:
             return fn()
         except QJMError as e:
-            context.set_trailing_metadata([(ERROR_CODE_KEY, errors.to_code(e))])
+            context.set_trailing_metadata(((ERROR_CODE_KEY, errors.to_code(e)),))
             context.abort(status_for(e), str(e))
         except Exception as e:
             log.exception("unexpected error in RPC")
-            context.set_trailing_metadata([(ERROR_CODE_KEY, "QJM_ERROR")])
+            context.set_trailing_metadata(((ERROR_CODE_KEY, "QJM_ERROR"),))
             context.abort(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
         raise AssertionError("unreachable")  # context.abort raises
 
     def IsFormatted(self, request: pb.JournalIdRequest, context: grpc.ServicerContext) -> pb.IsFormattedResponse:
-        return self._run(context, lambda: pb.IsFormattedResponse(formatted=self._get(request.journal_id).is_formatted()))
+        return self._run(
+            context, lambda: pb.IsFormattedResponse(formatted=self._get(request.journal_id).is_formatted())
+        )
 
     def Format(self, request: pb.FormatRequest, context: grpc.ServicerContext) -> pb.Empty:
         def go() -> pb.Empty:
@@ -128,7 +130,9 @@ class QJournalServicer(pbg.QJournalServicer):
         return self._run(
             context,
             lambda: convert.prepare_to_pb(
-                self._get(request.req.journal_id).prepare_recovery(convert.req_from_pb(request.req), request.segment_txid)
+                self._get(request.req.journal_id).prepare_recovery(
+                    convert.req_from_pb(request.req), request.segment_txid
+                )
             ),
         )
 

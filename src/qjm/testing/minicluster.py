@@ -136,10 +136,9 @@ class MiniJournalCluster:
         ]  # fmt: skip
         if n.faults:
             cmd += ["--fault", n.faults]
-        log = open(os.path.join(self.base_dir, f"jn{i}.log"), "ab")
         env = dict(os.environ, **(self.env or {}))
-        n.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, env=env)
-        log.close()
+        with open(os.path.join(self.base_dir, f"jn{i}.log"), "ab") as log:
+            n.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, env=env)
         self._await_ready(n)
 
     def _await_ready(self, n: _Node) -> None:

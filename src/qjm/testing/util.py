@@ -46,7 +46,10 @@ class ScriptedWriter:
     def write(self, first: int, last: int) -> int:
         """One batch holding txids first..last, sent to every node; waits for a quorum."""
         frame = framing.encode_frame(
-            [txn_data(t) for t in range(first, last + 1)], epoch=self.qjm.epoch, segment_txid=self.segment, first_txid=first
+            [txn_data(t) for t in range(first, last + 1)],
+            epoch=self.qjm.epoch,
+            segment_txid=self.segment,
+            first_txid=first,
         )
         call = self.qjm.send_batch(frame, first, last)
         call.wait_for_write_quorum(self.qjm.config.timeouts.write_txns, f"journal({first}-{last})")
