@@ -50,7 +50,7 @@ def encode_frame(records: Sequence[Buffer], *, epoch: int, segment_txid: int, fi
         raise ValueError(f"{len(records)} records exceed the limit of {MAX_RECORDS} per frame")
     parts: list[bytes] = []
     for r in records:
-        b = bytes(r)  # raw bytes: len() of a memoryview counts items, not bytes
+        b = memoryview(r).tobytes()  # raw bytes: len() of a memoryview counts items, not bytes
         parts.append(RECORD_PREFIX.pack(len(b)))
         parts.append(b)
     payload = b"".join(parts)
@@ -87,7 +87,7 @@ class FrameBuilder:
         return self._nbytes
 
     def add(self, record: Buffer) -> None:
-        record = bytes(record)
+        record = memoryview(record).tobytes()
         n = len(record)
         if self._nbytes + RECORD_PREFIX_SIZE + n > MAX_PAYLOAD:
             raise ValueError(f"record of {n} bytes does not fit in a frame (limit {MAX_PAYLOAD} bytes)")

@@ -34,17 +34,23 @@ def _sign(x: int) -> int:
     return (x > 0) - (x < 0)
 
 
-def seen_epoch(r: PrepareRecoveryResponse) -> int:
-    """``maxSeenEpoch`` of design §2.9 rule 3a with seed 004: max(accepted epoch or 0, writer epoch)."""
-    return max(r.accepted_in_epoch or 0, r.last_writer_epoch)
+def seen_epoch(r: PrepareRecoveryResponse, bugs: object | None = None) -> int:
+    """``maxSeenEpoch`` of design §2.9 rule 3a with seed 004: max(accepted epoch or 0, writer epoch).
+
+    ``bugs`` (a ``qjm.testing.bugs.ProtocolBugs``, tests only) can drop either term on purpose.
+    """
+    accepted = 0 if getattr(bugs, "ignore_accepted_epoch", False) else (r.accepted_in_epoch or 0)
+    writer = 0 if getattr(bugs, "ignore_writer_epoch_rule", False) else r.last_writer_epoch
+    return max(accepted, writer)
 
 
-def compare_responses(a: PrepareRecoveryResponse, b: PrepareRecoveryResponse) -> int:
+def compare_responses(a: PrepareRecoveryResponse, b: PrepareRecoveryResponse, *, bugs: object | None = None) -> int:
     """Order two prepare replies for the same segment; the greater one is the better recovery source.
 
     Returns a negative number, zero or a positive number as ``a`` is worse than, as good as, or
     better than ``b``. Raises ``InvariantViolation`` when the two replies cannot both be true of
-    one segment.
+    one segment. ``bugs`` (tests only, default None = the correct protocol) breaks rules 3a-3c on
+    purpose so the fault search can show it would notice.
     """
     sa, sb = a.segment_state, b.segment_state
     # Rule 1 (design §2.9.1, reference §3.6.1): a node without the segment is no source at all.
@@ -64,15 +70,19 @@ def compare_responses(a: PrepareRecoveryResponse, b: PrepareRecoveryResponse) ->
         return 0
     # Rule 3a/3b (design §2.9.3, seed 004, reference §3.6.5): the copy touched by the later
     # writer or the later accepted proposal wins, even when it is shorter (examples 2.10.6, 2.10.7).
-    by_epoch = _sign(seen_epoch(a) - seen_epoch(b))
+    by_epoch = _sign(seen_epoch(a, bugs) - seen_epoch(b, bugs))
     if by_epoch:
         return by_epoch
     # Rule 3c: same epoch, so both copies are prefixes of one writer's log; the longer holds more.
+    if getattr(bugs, "pick_shortest_log", False):
+        return _sign(sb.end_txid - sa.end_txid)
     return _sign(sa.end_txid - sb.end_txid)
 
 
 def choose_recovery_source(
     responses: Mapping[str, PrepareRecoveryResponse],
+    *,
+    bugs: object | None = None,
 ) -> tuple[str, PrepareRecoveryResponse] | None:
     """The best reply under ``compare_responses`` and its node (reference §3.5 step 3).
 
@@ -83,7 +93,7 @@ def choose_recovery_source(
     best: tuple[str, PrepareRecoveryResponse] | None = None
     for name in sorted(responses):
         r = responses[name]
-        if best is None or compare_responses(r, best[1]) > 0:
+        if best is None or compare_responses(r, best[1], bugs=bugs) > 0:
             best = (name, r)
     if best is None or best[1].segment_state is None:
         return None

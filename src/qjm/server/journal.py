@@ -89,8 +89,11 @@ class Journal:
         fetcher: SegmentFetcher = _no_fetcher,
         clock: Callable[[], float] = time.monotonic,
         hooks: JournalHooks | None = None,
+        bugs: object | None = None,
     ) -> None:
         self.storage = storage
+        # Test-only protocol switches (``qjm.testing.bugs.ProtocolBugs``); None is the correct protocol.
+        self._bugs = bugs
         self.journal_id = storage.journal_id
         self._fetch = fetcher
         self._clock = clock
@@ -267,7 +270,8 @@ class Journal:
             try:
                 for frame in frames:
                     h = framing.verify_frame(frame)
-                    self._check_writer(h.epoch)
+                    if not getattr(self._bugs, "skip_data_plane_epoch_check", False):
+                        self._check_writer(h.epoch)
                     if seg is None:
                         raise OutOfSyncError(f"cannot write to journal {self.journal_id}: no segment is open on this node")
                     if h.segment_txid != seg.start:
@@ -303,7 +307,8 @@ class Journal:
 
     def _sync_or_abort(self, seg: _OpenSegment) -> None:
         try:
-            seg.appender.sync()
+            if not getattr(self._bugs, "ack_before_fsync", False):
+                seg.appender.sync()
         except Exception:
             # Nothing after the last durable point may be acknowledged: drop the open segment so the
             # writer marks this node out of sync; a torn tail is repaired when the file is next scanned.
