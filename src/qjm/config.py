@@ -132,3 +132,53 @@ def config_from(options: dict[str, Any] | None = None) -> QJMConfig:
         else:
             raise ConfigError(f"unknown option {k!r}")
     return replace(cfg, timeouts=replace(cfg.timeouts, **tkw), **kw).validate()
+
+
+# Hadoop's client keys (reference §5.2) → Timeouts fields; values are milliseconds.
+HADOOP_TIMEOUT_KEYS = {
+    "dfs.qjournal.get-journal-state.timeout.ms": "get_journal_state",
+    "dfs.qjournal.new-epoch.timeout.ms": "new_epoch",
+    "dfs.qjournal.prepare-recovery.timeout.ms": "prepare_recovery",
+    "dfs.qjournal.accept-recovery.timeout.ms": "accept_recovery",
+    "dfs.qjournal.finalize-segment.timeout.ms": "finalize_segment",
+    "dfs.qjournal.start-segment.timeout.ms": "start_segment",
+    "dfs.qjournal.write-txns.timeout.ms": "write_txns",
+    "dfs.qjournal.select-input-streams.timeout.ms": "select_input_streams",
+}
+
+
+def config_from_hadoop_xml(path: str) -> QJMConfig:
+    """Read the ``dfs.qjournal.*`` keys of an hdfs-site.xml, so operators keep their settings.
+
+    Unknown keys are ignored (an hdfs-site.xml holds many); a known key with a bad value is an error.
+    """
+    import xml.etree.ElementTree as ET
+
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError) as e:
+        raise ConfigError(f"cannot read Hadoop configuration {path}: {e}") from e
+    tkw: dict[str, float] = {}
+    kw: dict[str, Any] = {}
+    for prop in root.iter("property"):
+        name = (prop.findtext("name") or "").strip()
+        value = (prop.findtext("value") or "").strip()
+        try:
+            if name in HADOOP_TIMEOUT_KEYS:
+                tkw[HADOOP_TIMEOUT_KEYS[name]] = int(value) / 1000.0
+            elif name == "dfs.qjournal.queued-edits.limit.mb":
+                kw["queued_edits_limit_bytes"] = int(value) * 1024 * 1024
+            elif name == "dfs.qjm.operations.timeout":
+                tkw["operations"] = _hadoop_duration(value)
+        except ValueError:
+            raise ConfigError(f"{path}: bad value {value!r} for {name}") from None
+    cfg = QJMConfig()
+    return replace(cfg, timeouts=replace(cfg.timeouts, **tkw), **kw).validate()
+
+
+def _hadoop_duration(value: str) -> float:
+    """Hadoop time durations: a plain number is milliseconds; suffixes ms, s, m, h."""
+    for suffix, scale in (("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0)):
+        if value.endswith(suffix) and value[: -len(suffix)].strip().isdigit():
+            return int(value[: -len(suffix)]) * scale
+    return int(value) / 1000.0

@@ -120,6 +120,8 @@ class MiniJournalCluster:
 
     def start(self, i: int) -> None:
         n = self.nodes[i]
+        if n.proc is not None and n.proc.poll() is not None:
+            self._reap(n)  # it died on its own (a fault hook, a crash)
         if n.proc is not None or n.inproc is not None:
             raise RuntimeError(f"node {i} is already running")
         os.makedirs(n.data_dir, exist_ok=True)

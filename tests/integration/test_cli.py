@@ -1,0 +1,73 @@
+"""The ``qjm`` command against real nodes: format, status, tail, dump, journalnode errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import qjm
+from qjm.testing.minicluster import MiniJournalCluster
+from qjm.testing.util import txn_data
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "qjm", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_format_status_tail_dump(cluster: MiniJournalCluster) -> None:
+    r = run("format", cluster.uri)
+    assert r.returncode == 0, r.stderr
+    assert run("format", cluster.uri).returncode == 1  # already formatted: refused without --force
+    w = qjm.open_writer(cluster.uri)
+    for i in range(1, 21):
+        w.append(txn_data(i))
+    w.roll()
+    w.append(b"last")
+    w.sync()
+    st = run("status", cluster.uri, "--json")
+    assert st.returncode == 0, st.stderr
+    rows = json.loads(st.stdout)
+    assert [r["writer_epoch"] for r in rows] == [w.epoch] * 3
+    assert all(r["highest_written_txid"] == 21 for r in rows)
+    table = run("status", cluster.uri)
+    assert table.returncode == 0 and "promised" in table.stdout and cluster.addresses[0] in table.stdout
+    tail = run("tail", cluster.uri)
+    lines = tail.stdout.splitlines()
+    assert lines[0] == f"1\t{txn_data(1).decode()}" and lines[-1] == "21\tlast"
+    w.close()
+    seg = os.path.join(cluster.journal_dir(0), f"edits_{1:019d}-{20:019d}")
+    d = run("dump", seg, "--records")
+    assert d.returncode == 0 and "txids 1-20" in d.stdout and "tail clean" in d.stdout
+    with open(seg, "ab") as f:
+        f.write(b"garbage")
+    assert run("dump", seg).returncode == 2  # a torn tail is reported
+
+
+def test_status_reports_a_down_node(cluster: MiniJournalCluster) -> None:
+    qjm.open_writer(cluster.uri, create=True).close()
+    cluster.stop(1)
+    st = run("status", cluster.uri)
+    assert st.returncode == 0
+    assert "DOWN" in st.stdout.splitlines()[2]
+
+
+def test_journalnode_refuses_a_locked_directory(cluster: MiniJournalCluster) -> None:
+    """Two nodes can never share a journal directory: the second one's first RPC is refused."""
+    qjm.open_writer(cluster.uri, create=True).close()
+    other = MiniJournalCluster(1, base_dir=None)
+    try:
+        other.stop(0)
+        other.nodes[0].data_dir = cluster.node_dir(0)
+        other.start(0)
+        uri = "qjournal://" + other.addresses[0] + "/test-journal"
+        r = run("status", uri)
+        assert "StorageError" in r.stdout or "cannot lock" in r.stdout, r.stdout
+    finally:
+        other.shutdown()
+
+
+def test_bad_uri_is_a_clear_error() -> None:
+    r = run("status", "qjournal://localhost:1/../etc")
+    assert r.returncode == 1 and "bad journal id" in r.stderr

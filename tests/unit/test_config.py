@@ -1,0 +1,77 @@
+"""URI parsing, journal-id rules and configuration sources."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from qjm.config import (
+    DEFAULT_RPC_PORT,
+    QJMConfig,
+    config_from,
+    config_from_hadoop_xml,
+    parse_uri,
+    validate_journal_id,
+)
+from qjm.errors import ConfigError, JournalIdError
+
+
+def test_parse_uri() -> None:
+    u = parse_uri("qjournal://a:1;b:2; c /my-log")
+    assert [str(n) for n in u.nodes] == ["a:1", "b:2", f"c:{DEFAULT_RPC_PORT}"]
+    assert u.journal_id == "my-log"
+    assert str(parse_uri(str(u))) == str(u)
+
+
+@pytest.mark.parametrize("uri", ["", "x://a:1/j", "qjournal://a:1", "qjournal://a:1;;b:2/j", "qjournal://a:99999/j"])
+def test_parse_uri_refuses(uri: str) -> None:
+    with pytest.raises(ConfigError):
+        parse_uri(uri)
+
+
+@pytest.mark.parametrize("jid", ["ok", "a.b-c_d", "x" * 128])
+def test_journal_ids_accepted(jid: str) -> None:
+    assert validate_journal_id(jid) == jid
+
+
+@pytest.mark.parametrize("jid", ["", ".", "..", "../x", "a/b", ".hidden", "-x", "x" * 129, "a b", "é"])
+def test_journal_ids_refused(jid: str) -> None:
+    with pytest.raises(JournalIdError):
+        validate_journal_id(jid)
+
+
+def test_config_from_options() -> None:
+    cfg = config_from({"write_txns_timeout": 5, "batch_bytes": 1024})
+    assert cfg.timeouts.write_txns == 5.0 and cfg.batch_bytes == 1024
+    assert cfg.timeouts.new_epoch == 120.0  # Hadoop's default stays
+    with pytest.raises(ConfigError):
+        config_from({"no_such_option": 1})
+    with pytest.raises(ConfigError):
+        config_from({"batch_bytes": 0})
+    with pytest.raises(ConfigError):
+        QJMConfig().with_timeouts(write_txns=0).validate()
+
+
+def test_config_from_hadoop_xml(tmp_path: Path) -> None:
+    p = tmp_path / "hdfs-site.xml"
+    p.write_text(
+        "<configuration>"
+        "<property><name>dfs.qjournal.write-txns.timeout.ms</name><value>5000</value></property>"
+        "<property><name>dfs.qjournal.queued-edits.limit.mb</name><value>3</value></property>"
+        "<property><name>dfs.qjm.operations.timeout</name><value>2m</value></property>"
+        "<property><name>dfs.replication</name><value>3</value></property>"
+        "</configuration>"
+    )
+    cfg = config_from_hadoop_xml(str(p))
+    assert cfg.timeouts.write_txns == 5.0
+    assert cfg.queued_edits_limit_bytes == 3 * 1024 * 1024
+    assert cfg.timeouts.operations == 120.0
+    p.write_text(
+        "<configuration><property><name>dfs.qjournal.write-txns.timeout.ms</name><value>soon</value>"
+        "</property></configuration>"
+    )
+    with pytest.raises(ConfigError):
+        config_from_hadoop_xml(str(p))
+    with pytest.raises(ConfigError):
+        config_from_hadoop_xml(str(tmp_path / "missing.xml"))
