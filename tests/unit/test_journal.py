@@ -450,13 +450,27 @@ def test_purge_logs(env: Env) -> None:
     assert env.names(j.storage) == [inprogress_name(7)]
 
 
-def test_purge_marks_a_stray_in_progress_segment_stale(env: Env) -> None:
+def test_purge_keeps_the_newest_in_progress_segment(env: Env) -> None:
+    """A restarted node's current segment is not open there but may hold committed txids: kept."""
     j = env.journal()
     writing(j, epoch=1, seg=10, upto=12)
     j = env.restart(j)
     j.new_epoch(NS, 2)
     j.purge_logs(Writer(2).req(), 5)
-    assert env.names(j.storage) == [inprogress_name(10) + ".stale"]
+    assert env.names(j.storage) == [inprogress_name(10)]
+
+
+def test_purge_marks_a_superseded_in_progress_segment_stale(env: Env) -> None:
+    j = env.journal()
+    writing(j, epoch=1, seg=10, upto=12)
+    j = env.restart(j)  # segment 10 left in progress on this node
+    w = Writer(2)
+    j.new_epoch(NS, 2)
+    j.start_log_segment(w.req(), 20)
+    j.purge_logs(w.req(), 5)
+    assert inprogress_name(10) + ".stale" in env.names(j.storage)
+    j.purge_logs(w.req(), 15)  # moved-aside files of purged ranges go too
+    assert env.names(j.storage) == [inprogress_name(20)]
 
 
 def test_get_journaled_edits_counts(env: Env) -> None:

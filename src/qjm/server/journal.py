@@ -117,7 +117,9 @@ class Journal:
 
     def _check_formatted(self) -> NamespaceInfo:
         if self._ns is None:
-            raise NotFormattedError(f"journal {self.journal_id} is not formatted on this node ({self.storage.describe()})")
+            raise NotFormattedError(
+                f"journal {self.journal_id} is not formatted on this node ({self.storage.describe()})"
+            )
         return self._ns
 
     def _check_request(self, req: RequestInfo) -> None:
@@ -273,7 +275,9 @@ class Journal:
                     if not getattr(self._bugs, "skip_data_plane_epoch_check", False):
                         self._check_writer(h.epoch)
                     if seg is None:
-                        raise OutOfSyncError(f"cannot write to journal {self.journal_id}: no segment is open on this node")
+                        raise OutOfSyncError(
+                            f"cannot write to journal {self.journal_id}: no segment is open on this node"
+                        )
                     if h.segment_txid != seg.start:
                         self._abort_open()
                         raise OutOfSyncError(
@@ -362,15 +366,20 @@ class Journal:
     def purge_logs(self, req: RequestInfo, min_txid_to_keep: int) -> None:
         with self._lock:
             self._check_request(req)
-            for seg in self.storage.list_segments():
+            segments = self.storage.list_segments()
+            newest = max((seg.start for seg in segments), default=0)
+            for seg in segments:
                 if self._open is not None and seg.start == self._open.start:
                     continue
-                if seg.end is not None and seg.end < min_txid_to_keep:
+                if (seg.end is not None and seg.end < min_txid_to_keep) or (
+                    seg.in_progress and seg.start < min_txid_to_keep
+                ):
                     self.storage.delete_segment(seg)
-                elif seg.in_progress and seg.start < min_txid_to_keep:
-                    self.storage.delete_segment(seg)
-                elif seg.in_progress:
+                elif seg.in_progress and seg.start < newest:
+                    # superseded leftover (HDFS-8178). Unlike Hadoop, never the newest segment: on a
+                    # restarted node it is the current one, not open here but holding committed txids.
                     self.storage.move_aside(seg, ".stale")
+            self.storage.delete_aside_before(min_txid_to_keep)
             for p in self.storage.list_paxos():
                 if p < min_txid_to_keep:
                     self.storage.delete_paxos(p)

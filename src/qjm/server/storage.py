@@ -37,6 +37,14 @@ log = logging.getLogger("qjm.storage")
 
 _INPROGRESS = re.compile(r"edits_inprogress_(\d{19})")
 _FINALIZED = re.compile(r"edits_(\d{19})-(\d{19})")
+# a moved-aside or temporary segment file: .empty, .stale, .corrupt, .corrupt-tail-N, .epoch=E
+_ASIDE = re.compile(r"edits_(?:inprogress_)?(\d{19})(?:-\d{19})?\..+")
+
+
+def aside_start(name: str) -> int | None:
+    """The start txid of a moved-aside segment file's name, None for any other name."""
+    m = _ASIDE.fullmatch(name)
+    return int(m.group(1)) if m else None
 
 
 def inprogress_name(start: int) -> str:
@@ -113,6 +121,10 @@ class JournalStorage(Protocol):
     def move_aside(self, seg: SegmentFile, suffix: str) -> None: ...
 
     def delete_segment(self, seg: SegmentFile) -> None: ...
+
+    def delete_aside_before(self, min_txid: int) -> int:
+        """Delete moved-aside files of segments starting below ``min_txid``; returns how many."""
+        ...
 
     def write_temp_segment(self, start: int, epoch: int, data: bytes) -> None: ...
 
@@ -391,7 +403,22 @@ class DiskStorage:
         try:
             os.unlink(self._path(seg.name))
         except FileNotFoundError:
-            pass
+            return
+        _fsync_dir(self.current)
+
+    def delete_aside_before(self, min_txid: int) -> int:
+        n = 0
+        for name in os.listdir(self.current):
+            start = aside_start(name)
+            if start is not None and start < min_txid:
+                try:
+                    os.unlink(self._path(name))
+                    n += 1
+                except FileNotFoundError:
+                    pass
+        if n:
+            _fsync_dir(self.current)
+        return n
 
     def _temp_name(self, start: int, epoch: int) -> str:
         return self._path(f"{inprogress_name(start)}.epoch={epoch}")

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from qjm.config import validate_journal_id
 from qjm.errors import NotFoundError, StorageError
 from qjm.protocol.messages import NamespaceInfo, PersistedPaxosData
-from qjm.server.storage import SegmentFile, finalized_name, inprogress_name
+from qjm.server.storage import SegmentFile, aside_start, finalized_name, inprogress_name
 
 if TYPE_CHECKING:
     from qjm.server.storage import JournalStorage, SegmentAppender
@@ -235,6 +235,12 @@ class MemoryStorage:
 
     def delete_segment(self, seg: SegmentFile) -> None:
         self._files.pop(seg.name, None)
+
+    def delete_aside_before(self, min_txid: int) -> int:
+        doomed = [n for n in self._files if (start := aside_start(n)) is not None and start < min_txid]
+        for n in doomed:
+            del self._files[n]
+        return len(doomed)
 
     @staticmethod
     def _temp_name(start: int, epoch: int) -> str:
