@@ -2,6 +2,8 @@
 
 Switches (environment):
   QJM_NO_EXTENSIONS=1  pure build: no extension at all, qjm runs on its Python twins.
+  QJM_IO_BACKEND=auto|uring|pwrite  segment_io_c links liburing when its probe passes (auto), must
+                       (uring), or never does (pwrite: the pwrite + fdatasync path only).
 
 Otherwise every module in NATIVE_MODULES is compiled and a missing system library fails the build
 loudly (style-anchors R9): a silently pure build would benchmark Python by accident. System
@@ -24,7 +26,14 @@ from setuptools import Extension, setup
 # Append later modules here, e.g. ("segment_io_c", ["liburing"]), ("fanout_c", []).
 NATIVE_MODULES: list[tuple[str, list[str]]] = [
     ("framing_c", ["libxxhash"]),
+    ("segment_io_c", []),
+    ("fanout_c", []),
 ]
+# Libraries a module links only when present, each with the define that tells the module it has
+# them: without liburing, segment_io_c builds its pwrite + fdatasync path alone (recipes §2).
+OPTIONAL_LIBS: dict[str, list[tuple[str, str]]] = {
+    "segment_io_c": [("liburing", "QJM_HAVE_LIBURING")],
+}
 
 INCLUDE_DIRS = ["include", "src/qjm/_native"]
 COMPILE_ARGS = ["-O2", "-Wall"]
@@ -118,20 +127,39 @@ def require(package: str) -> None:
         )
 
 
+def optional_lib(package: str) -> bool:
+    """Link an optional library? QJM_IO_BACKEND forces liburing in (uring) or out (pwrite)."""
+    if package == "liburing":
+        backend = os.environ.get("QJM_IO_BACKEND", "auto")
+        if backend == "pwrite":
+            return False
+        if backend == "uring":
+            require(package)
+            return True
+    return have_package(package)
+
+
 def native_ext(name: str, libs: list[str]) -> Extension:
     """Extension qjm._native.<name> from src/qjm/_native/<name>.pyx, linked against pkg-config `libs`."""
     include_dirs = list(INCLUDE_DIRS)
     library_dirs: list[str] = []
     libraries: list[str] = []
+    macros: list[tuple[str, str | None]] = []
+    for package, define in OPTIONAL_LIBS.get(name, []):
+        if optional_lib(package):
+            libs = [*libs, package]
+            macros.append((define, "1"))
+            print(f"qjm: {name} links {package}")
+        else:
+            print(f"qjm: {name} built without {package}")
     for package in libs:
-        # Every listed library is required. A module whose library is optional (liburing) should be
-        # appended to NATIVE_MODULES only when HAVE_URING, or get its own fallback define.
+        # Every listed library is required; optional ones were added above only when present.
         require(package)
         flags = pkg_config(package)
         include_dirs += flags["include_dirs"]
         library_dirs += flags["library_dirs"]
         libraries += flags["libraries"]
-    macros = [
+    macros += [
         (define, "1")
         for define, probe, package in OPTIONAL_FEATURES
         if package in libs and have_package(package, probe)
@@ -147,17 +175,10 @@ def native_ext(name: str, libs: list[str]) -> Extension:
     )
 
 
-# Computed only when some module links liburing (none does yet); None means "not probed".
-HAVE_URING: bool | None = None
-
-
 def extensions() -> list[Extension]:
-    global HAVE_URING
     if not want_extensions():
         print("qjm: pure build")
         return []
-    if any("liburing" in libs for _, libs in NATIVE_MODULES):
-        HAVE_URING = have_package("liburing")
     from Cython.Build import cythonize
 
     exts = [native_ext(name, libs) for name, libs in NATIVE_MODULES]

@@ -248,7 +248,8 @@ class Journal:
                 res = self._scan(seg, repair=True)
                 if res is not None and res.frame_count > 0:
                     raise SegmentStateError(
-                        f"in-progress segment {seg.name} already holds txids {txid}-{res.last_txid}; refusing to overwrite"
+                        f"in-progress segment {seg.name} already holds txids {txid}-{res.last_txid}; "
+                        "refusing to overwrite it"
                     )
             if self._writer_epoch != req.epoch:
                 self.storage.write_long(WRITER, req.epoch)
