@@ -31,7 +31,7 @@ def open_segment(icluster: MiniJournalCluster) -> Iterator[tuple[MiniJournalClus
     w.qjm.format()
     w.recover()
     w.start(1)
-    w.write(1, 10)
+    w.write(1, 10, wait_all=True)
     yield icluster, w
     w.close()
 

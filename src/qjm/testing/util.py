@@ -43,8 +43,8 @@ class ScriptedWriter:
         self.qjm.start_log_segment(txid)
         self.segment = txid
 
-    def write(self, first: int, last: int) -> int:
-        """One batch holding txids first..last, sent to every node; waits for a quorum."""
+    def write(self, first: int, last: int, *, wait_all: bool = False) -> int:
+        """One batch holding txids first..last, sent to every node; waits for a quorum (or all)."""
         frame = framing.encode_frame(
             [txn_data(t) for t in range(first, last + 1)],
             epoch=self.qjm.epoch,
@@ -52,7 +52,10 @@ class ScriptedWriter:
             first_txid=first,
         )
         call = self.qjm.send_batch(frame, first, last)
-        call.wait_for_write_quorum(self.qjm.config.timeouts.write_txns, f"journal({first}-{last})")
+        if wait_all:
+            call.wait_for_all(self.qjm.config.timeouts.write_txns, f"journal({first}-{last})")
+        else:
+            call.wait_for_write_quorum(self.qjm.config.timeouts.write_txns, f"journal({first}-{last})")
         self.qjm.set_committed_txid(last)
         return last
 
