@@ -7,7 +7,7 @@ SRC := $(wildcard src/qjm tests bench examples setup.py)
 .PHONY: demo test install system-deps compile test-native test-py lint typecheck stubtest bench bench-smoke proto wheel clean
 
 demo: install
-	qjm demo
+	$(PY) -m qjm demo
 
 test: install lint typecheck test-native test-py bench-smoke
 
@@ -38,10 +38,10 @@ test-py:
 	QJM_NO_EXTENSIONS=1 $(PYTEST) -q --ignore=tests/spark
 
 bench:
-	qjm bench
+	$(PY) -m qjm bench
 
 bench-smoke:
-	qjm bench --smoke
+	$(PY) -m qjm bench --smoke
 
 proto:
 	cd src && $(PY) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. qjm/protocol/qjournal.proto
