@@ -102,9 +102,12 @@ class Writer:
         """Add many records; returns the txid of the last one."""
         with self._lock:
             self._check()
-            before = self._builder.count
-            self._builder.add_many(records)
-            self._next_txid += self._builder.count - before
+            limit = self.config.batch_bytes
+            for record in records:  # batches still close by size, as with append()
+                self._builder.add(record)
+                self._next_txid += 1
+                if self._builder.nbytes >= limit:
+                    self._flush()
             self._after_add()
             return self._next_txid - 1
 

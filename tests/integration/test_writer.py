@@ -1,0 +1,94 @@
+"""The writer users hold: batching by size and by time, pipelining, roll, close, misuse."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+
+import qjm
+from qjm.errors import QJMError
+from qjm.testing.minicluster import MiniJournalCluster
+from qjm.testing.util import inspect_journal, txn_data
+
+
+def test_time_closes_a_batch_without_sync(icluster: MiniJournalCluster) -> None:
+    """A record appended and never synced still reaches a quorum once the batch delay passes."""
+    w = qjm.open_writer(icluster.uri, create=True, batch_delay=0.005)
+    w.append(b"lonely")
+    r = qjm.open_reader(icluster.uri)
+    stop = threading.Event()
+    got = next(iter(r.tail(poll_interval=0.005, stop=stop)))
+    stop.set()
+    assert got == (1, b"lonely")
+    r.qjm.close()
+    w.close()
+
+
+def test_size_closes_batches_and_they_pipeline(icluster: MiniJournalCluster) -> None:
+    """batch_bytes splits the stream into several frames; all are committed in order by one sync."""
+    w = qjm.open_writer(icluster.uri, create=True, batch_bytes=4096, batch_delay=10)
+    last = w.append_many(txn_data(i) + bytes(200) for i in range(1, 1001))
+    assert last == 1000
+    assert w.sync() == 1000 and w.committed_txid == 1000
+    w.close()
+    name = f"edits_{1:019d}-{1000:019d}"
+    from qjm._native import framing
+
+    with open(os.path.join(icluster.journal_dir(0), name), "rb") as f:
+        data = f.read()
+    frames = framing.iter_frames(data, 1)
+    assert len(frames) > 10  # many batches, not one
+    assert all(h.payload_len <= 4096 + 300 for h, _ in frames)
+
+
+def test_roll_and_close_finalize_segments(icluster: MiniJournalCluster) -> None:
+    with qjm.open_writer(icluster.uri, create=True) as w:
+        w.append(b"a")
+        assert w.roll() == 2
+        w.append(b"b")
+        w.roll()
+        w.roll()  # nothing appended since: no empty segment is finalized
+    for i in range(3):
+        v = inspect_journal(icluster.journal_dir(i)).plain()
+        assert f"edits_{1:019d}-{1:019d}" in v and f"edits_{2:019d}-{2:019d}" in v
+    with pytest.raises(QJMError):
+        w.append(b"after close")
+
+
+def test_writer_continues_txids_after_failover(icluster: MiniJournalCluster) -> None:
+    a = qjm.open_writer(icluster.uri, create=True)
+    a.append_many([b"1", b"2", b"3"])
+    a.sync()
+    a.abort()  # crashes with its segment open
+    b = qjm.open_writer(icluster.uri)
+    assert b.last_txid == 3 and b.append(b"4") == 4
+    b.close()
+
+
+def test_cluster_up_serves_until_terminated(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    p = subprocess.Popen(
+        [sys.executable, "-m", "qjm", "cluster", "up", "--dir", str(tmp_path / "c"), "--journal", "j"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert p.stdout is not None
+        uri = ""
+        for line in p.stdout:
+            if line.startswith("URI: "):
+                uri = line.split(" ", 1)[1].strip()
+                break
+        assert uri.startswith("qjournal://") and uri.endswith("/j")
+        with qjm.open_writer(uri, create=True) as w:
+            w.append(b"hello")
+        r = qjm.open_reader(uri)
+        assert list(r) == [(1, b"hello")]
+        r.qjm.close()
+    finally:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=60) == 0
