@@ -10,15 +10,7 @@ import pytest
 import qjm
 from qjm.errors import QuorumError
 from qjm.testing.minicluster import MiniJournalCluster
-from qjm.testing.util import inspect_journal, segment_frames
-
-
-def read_all(uri: str) -> list[tuple[int, bytes]]:
-    r = qjm.open_reader(uri)
-    try:
-        return list(r)
-    finally:
-        r.qjm.close()
+from qjm.testing.util import inspect_journal, read_all, segment_frames
 
 
 def rec(i: int) -> bytes:

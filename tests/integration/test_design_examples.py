@@ -16,7 +16,7 @@ import qjm
 from qjm.errors import QuorumError
 from qjm.testing.faults import FaultPlan
 from qjm.testing.minicluster import MiniJournalCluster
-from qjm.testing.util import ScriptedWriter, inspect_journal, segment_frames, txn_data
+from qjm.testing.util import ScriptedWriter, inspect_journal, read_all, segment_frames, txn_data
 
 
 def ip(start: int) -> str:
@@ -68,14 +68,6 @@ def assert_finalized_identical(c: MiniJournalCluster, nodes: list[int], start: i
     assert first  # and they hold frames
 
 
-def read_all(c: MiniJournalCluster) -> list[tuple[int, bytes]]:
-    r = qjm.open_reader(c.uri)
-    try:
-        return list(r)
-    finally:
-        r.qjm.close()
-
-
 # -- 2.10.1 --------------------------------------------------------------------------------
 
 
@@ -96,7 +88,7 @@ def test_design_2_10_1_middle_of_log_prior_quorum_succeeded(icluster: MiniJourna
     setup_2_10_1(icluster)
     assert recover_with(icluster, [0, 1, 2]) == 153
     assert_finalized_identical(icluster, [0, 1, 2], 101, 153)
-    assert [t for t, _ in read_all(icluster)] == list(range(1, 154))
+    assert [t for t, _ in read_all(icluster.uri)] == list(range(1, 154))
 
 
 def test_design_2_10_1_any_quorum_keeps_committed(icluster: MiniJournalCluster) -> None:
@@ -132,7 +124,7 @@ def test_design_2_10_2_middle_of_log_prior_quorum_failed(
     setup_2_10_2(icluster)
     assert recover_with(icluster, nodes) == end
     assert_finalized_identical(icluster, nodes, 101, end)
-    assert read_all(icluster)[-1] == (end, txn_data(end))
+    assert read_all(icluster.uri)[-1] == (end, txn_data(end))
 
 
 # -- 2.10.3 --------------------------------------------------------------------------------
@@ -238,7 +230,7 @@ def test_design_2_10_6_first_batch_prior_quorum_failed(icluster: MiniJournalClus
     setup_2_10_6(icluster)
     assert recover_with(icluster, nodes) == 151
     assert_finalized_identical(icluster, nodes, 151, 151)
-    assert read_all(icluster)[-1] == (151, txn_data(151))
+    assert read_all(icluster.uri)[-1] == (151, txn_data(151))
 
 
 # -- 2.10.7 --------------------------------------------------------------------------------
@@ -304,7 +296,7 @@ def test_seed_004_recovers_to_150_not_101(icluster: MiniJournalCluster) -> None:
     setup_seed_004(icluster)
     assert recover_with(icluster, [0, 1, 2]) == 150
     assert_finalized_identical(icluster, [0, 1, 2], 101, 150)
-    assert [t for t, _ in read_all(icluster)] == list(range(1, 151))
+    assert [t for t, _ in read_all(icluster.uri)] == list(range(1, 151))
 
 
 @pytest.mark.parametrize("nodes", [[0, 1], [0, 2]])

@@ -9,15 +9,7 @@ import pytest
 import qjm
 from qjm.errors import FencedError, QJMError, QuorumError
 from qjm.testing.minicluster import MiniJournalCluster
-from qjm.testing.util import inspect_journal
-
-
-def read_all(uri: str) -> list[tuple[int, bytes]]:
-    r = qjm.open_reader(uri)
-    try:
-        return list(r)
-    finally:
-        r.qjm.close()
+from qjm.testing.util import inspect_journal, read_all
 
 
 def test_new_writer_fences_old_on_data_plane(cluster: MiniJournalCluster) -> None:

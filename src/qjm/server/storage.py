@@ -24,6 +24,7 @@ import fcntl
 import logging
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -39,6 +40,21 @@ _INPROGRESS = re.compile(r"edits_inprogress_(\d{19})")
 _FINALIZED = re.compile(r"edits_(\d{19})-(\d{19})")
 # a moved-aside or temporary segment file: .empty, .stale, .corrupt, .corrupt-tail-N, .epoch=E
 _ASIDE = re.compile(r"edits_(?:inprogress_)?(\d{19})(?:-\d{19})?\..+")
+
+
+def segments_from_names(names: Iterable[str]) -> list[SegmentFile]:
+    """The plain-named segment files among ``names``, ordered by start txid."""
+    out: list[SegmentFile] = []
+    for name in names:
+        m = _INPROGRESS.fullmatch(name)
+        if m:
+            out.append(SegmentFile(int(m.group(1)), None, name))
+            continue
+        m = _FINALIZED.fullmatch(name)
+        if m:
+            out.append(SegmentFile(int(m.group(1)), int(m.group(2)), name))
+    out.sort(key=lambda s: (s.start, s.end is None))
+    return out
 
 
 def aside_start(name: str) -> int | None:
@@ -321,17 +337,7 @@ class DiskStorage:
     # -- segments -------------------------------------------------------------------------
 
     def list_segments(self) -> list[SegmentFile]:
-        out: list[SegmentFile] = []
-        for name in os.listdir(self.current):
-            m = _INPROGRESS.fullmatch(name)
-            if m:
-                out.append(SegmentFile(int(m.group(1)), None, name))
-                continue
-            m = _FINALIZED.fullmatch(name)
-            if m:
-                out.append(SegmentFile(int(m.group(1)), int(m.group(2)), name))
-        out.sort(key=lambda s: (s.start, s.end is None))
-        return out
+        return segments_from_names(os.listdir(self.current))
 
     def read_segment(self, seg: SegmentFile, offset: int = 0, length: int = -1) -> bytes:
         try:

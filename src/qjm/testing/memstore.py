@@ -19,22 +19,18 @@ Not thread-safe on its own: ``Journal`` serialises every call with its lock.
 from __future__ import annotations
 
 import random
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from qjm.config import validate_journal_id
 from qjm.errors import NotFoundError, StorageError
 from qjm.protocol.messages import NamespaceInfo, PersistedPaxosData
-from qjm.server.storage import SegmentFile, aside_start, finalized_name, inprogress_name
+from qjm.server.storage import SegmentFile, aside_start, finalized_name, inprogress_name, segments_from_names
 
 if TYPE_CHECKING:
     from qjm.server.storage import JournalStorage, SegmentAppender
 
 __all__ = ["MemoryStorage"]
-
-_INPROGRESS = re.compile(r"edits_inprogress_(\d{19})")
-_FINALIZED = re.compile(r"edits_(\d{19})-(\d{19})")
 
 
 @dataclass(eq=False)
@@ -181,17 +177,7 @@ class MemoryStorage:
     # -- segments -----------------------------------------------------------------------------
 
     def list_segments(self) -> list[SegmentFile]:
-        out: list[SegmentFile] = []
-        for name in self._files:
-            m = _INPROGRESS.fullmatch(name)
-            if m:
-                out.append(SegmentFile(int(m.group(1)), None, name))
-                continue
-            m = _FINALIZED.fullmatch(name)
-            if m:
-                out.append(SegmentFile(int(m.group(1)), int(m.group(2)), name))
-        out.sort(key=lambda s: (s.start, s.end is None))
-        return out
+        return segments_from_names(self._files)
 
     def read_segment(self, seg: SegmentFile, offset: int = 0, length: int = -1) -> bytes:
         f = self._files.get(seg.name)

@@ -125,3 +125,14 @@ def segment_frames(path: str) -> bytes:
     h = framing.decode_segment_header(data)
     res = framing.scan(data, h.start_txid, SEGMENT_HEADER_SIZE)
     return data[SEGMENT_HEADER_SIZE : res.valid_end]
+
+
+def read_all(uri: str, from_txid: int = 1, *, include_in_progress: bool = False) -> list[tuple[int, bytes]]:
+    """Every committed record a fresh reader returns, its connections released afterwards."""
+    from qjm.client.reader import open_reader
+
+    r = open_reader(uri, from_txid, include_in_progress=include_in_progress)
+    try:
+        return list(r)
+    finally:
+        r.qjm.close()
