@@ -14,6 +14,7 @@ import logging
 import queue
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TypeVar
@@ -219,6 +220,7 @@ class RemoteLogger:
         self.highest_acked_txid = 0
         self._closed = False
         self._reachable = False
+        self._ping_failed_at = -1e9
 
     def _rpc(self, method: Callable[..., T], request: object, timeout: float) -> T:
         """One unary call; a node that refused the connection gets one more chance once it is back.
@@ -235,8 +237,14 @@ class RemoteLogger:
             if rpc_code(e) != grpc.StatusCode.UNAVAILABLE:
                 raise
             self._reachable = False
+            if time.monotonic() - self._ping_failed_at < self.config.timeouts.reconnect:
+                raise  # it was just found down: fail fast, do not wait again for each queued call
             ping = pb.JournalIdRequest(journal_id=self.journal_id)
-            self._stub.IsFormatted(ping, timeout=self.config.timeouts.reconnect, wait_for_ready=True)
+            try:
+                self._stub.IsFormatted(ping, timeout=self.config.timeouts.reconnect, wait_for_ready=True)
+            except grpc.RpcError:
+                self._ping_failed_at = time.monotonic()
+                raise e from None
             out = method(request, timeout=timeout)
         self._reachable = True
         return out
@@ -490,7 +498,23 @@ class RemoteLogger:
         st = self._rpc(
             self._stub.GetJournalState, pb.JournalIdRequest(journal_id=self.journal_id), self.config.timeouts.connect
         )
+        from qjm._native import backend_of
+
         try:
+            if backend_of("fanout") == "native":
+                # The native fan-out: one epoll thread for every node's link (qjm.client.fanout_link).
+                from qjm.client.fanout_link import FanoutLink
+
+                return FanoutLink(
+                    self._name,
+                    st.data_address,
+                    self.journal_id,
+                    self.config.timeouts.connect,
+                    on_ack=lambda: None,
+                    on_fail=self._link_failed,
+                    max_count=max(1024, 16 * self.config.max_inflight_batches),
+                    max_bytes=self.config.queued_edits_limit_bytes or 1,
+                )
             return _DataLink(
                 self._name,
                 st.data_address,
