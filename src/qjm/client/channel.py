@@ -591,8 +591,6 @@ class RemoteLogger:
         """Release the node; with ``grace``, first let calls already queued for it finish (bounded)."""
         # A node that is not connected would only make us wait for its timeouts.
         if grace > 0 and not self._closed and self._reachable:
-            import time
-
             deadline = time.monotonic() + grace
             wait([self._exec.submit(lambda: None)], timeout=grace)
             link = self._link
