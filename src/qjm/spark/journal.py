@@ -1,0 +1,277 @@
+"""Frame-level reading of a journal for Spark: txid ranges with each record's segment and writer epoch.
+
+``qjm.client.reader.Reader`` yields ``(txid, record)`` only and decodes every frame before its
+start; Spark needs the frame header (epoch, segment) of each record and reads many disjoint
+ranges, so this module reads whole frames with the same rules as ``Reader``:
+
+* finalized segments are decided, so any replica serves them; a download that fails mid-way
+  resumes at the next txid on another replica;
+* the in-progress segment is read only up to what a majority of the newest writer's nodes hold.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from qjm._native import framing
+from qjm.client.manager import QuorumJournalManager
+from qjm.client.quorum import majority
+from qjm.config import QJMConfig
+from qjm.errors import CorruptFrameError, NotFoundError, QJMError, QuorumError
+from qjm.protocol.frame import FRAME_HEADER_SIZE, SEGMENT_HEADER_SIZE
+from qjm.protocol.messages import JournaledEdits
+
+log = logging.getLogger("qjm.spark")
+
+# in-progress reads ask each node for at most this many txns per call (bounds reply size)
+EDITS_PER_CALL = 20_000
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """A finalized segment and the replicas that list it, by name."""
+
+    start: int
+    end: int
+    nodes: tuple[str, ...]
+
+
+@dataclass(slots=True)
+class Chunk:
+    """Consecutive records from one frame: txids ``first .. first + len(records) - 1``."""
+
+    first: int
+    segment: int
+    epoch: int
+    records: list[bytes]
+
+    @property
+    def last(self) -> int:
+        return self.first + len(self.records) - 1
+
+
+class JournalClient:
+    """A reader's handle on a journal; needs no epoch, so it never disturbs the writer. Not thread-safe."""
+
+    def __init__(self, uri: str, config: QJMConfig | None = None) -> None:
+        self.qjm = QuorumJournalManager(uri, config=config)
+        self.failovers = 0
+
+    def close(self) -> None:
+        self.qjm.close()
+
+    def __enter__(self) -> JournalClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- what is there -----------------------------------------------------------------------
+
+    def finalized(self, since: int = 1) -> list[Segment]:
+        """Finalized segments ending at or after ``since``, oldest first (manifests of a majority)."""
+        manifests = self.qjm.get_edit_log_manifest(since, in_progress_ok=False)
+        groups: dict[int, dict[str, int]] = {}
+        for node, m in manifests.items():
+            for x in m.logs:
+                if not x.in_progress and x.end_txid >= since:
+                    groups.setdefault(x.start_txid, {})[node] = x.end_txid
+        out: list[Segment] = []
+        for start in sorted(groups):
+            ends = set(groups[start].values())
+            if len(ends) > 1:
+                raise CorruptFrameError(f"finalized copies of segment {start} disagree on their end: {sorted(ends)}")
+            out.append(Segment(start, ends.pop(), tuple(sorted(groups[start]))))
+        return out
+
+    def committed_end(self, since: int = 1, limit: int | None = None) -> int:
+        """The last committed txid reachable without a gap from ``since`` (``since - 1`` if none).
+
+        With ``limit``, stops after that many txids: a streaming trigger must not pull the whole
+        in-progress segment just to learn where it ends.
+        """
+        cap = since - 1 + limit if limit is not None else None
+        end = since - 1
+        for seg in self.finalized(since):
+            if seg.start > end + 1:
+                if end < since:
+                    raise NotFoundError(
+                        f"txid {since} is in no segment the nodes list (the next starts at {seg.start}; purged?)"
+                    )
+                break
+            end = seg.end
+        if cap is not None and end >= cap:
+            return cap
+        while cap is None or end < cap:
+            want = EDITS_PER_CALL if cap is None else min(EDITS_PER_CALL, cap - end)
+            durable, _ = self._in_progress_edits(end + 1, want)
+            end += max(durable, 0)
+            if durable < want:  # caught up with what a majority holds
+                break
+        return end
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def read(
+        self, start: int, end: int, *, prefer: int = 0, timeout: float = 120.0, singletons: bool = False
+    ) -> Iterator[Chunk]:
+        """Every record ``start..end`` exactly once, in txid order, from any replica.
+
+        ``end`` must be committed already (see ``committed_end``). If the in-progress part looks
+        shorter for a while (a node holding it died and no writer has recovered it yet), this
+        polls for up to ``timeout`` seconds before giving up. ``prefer`` rotates the replica order
+        so that parallel partitions spread over the nodes. ``singletons`` yields only the records
+        that are alone in their frame (where the Spark sink puts its markers) without decoding others.
+        """
+        nxt = start
+        deadline: float | None = None
+        pause = 0.05
+        while nxt <= end:
+            segs = self.finalized(nxt)
+            if segs and segs[0].start > nxt:
+                raise NotFoundError(f"txid {nxt} is in no finalized segment (the next starts at {segs[0].start})")
+            if segs:
+                stop = min(end, segs[0].end)
+                yield from self._read_finalized(segs[0], nxt, stop, prefer, singletons)
+                nxt = stop + 1  # not the last chunk's end: ``singletons`` may skip the segment's tail
+                deadline = None
+                continue
+            got = False
+            for chunk in self._read_in_progress(nxt, min(end - nxt + 1, EDITS_PER_CALL)):
+                got = True
+                nxt = chunk.last + 1
+                if not singletons or len(chunk.records) == 1:
+                    yield chunk
+            if got:
+                deadline = None
+                continue
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + timeout
+            elif now > deadline:
+                raise QuorumError(f"txids {nxt}..{end} were committed but no majority serves them after {timeout}s")
+            time.sleep(pause)  # not synchronisation: waiting for a writer to recover the segment
+            pause = min(pause * 2, 1.0)
+
+    def records(self, start: int, end: int, *, timeout: float = 120.0) -> Iterator[tuple[int, bytes]]:
+        """``(txid, record)`` for ``start..end``: the plain view of ``read``."""
+        for c in self.read(start, end, timeout=timeout):
+            yield from zip(range(c.first, c.last + 1), c.records, strict=True)
+
+    def _read_finalized(
+        self, seg: Segment, start: int, stop: int, prefer: int, singletons: bool = False
+    ) -> Iterator[Chunk]:
+        k = prefer % len(seg.nodes)
+        nodes = seg.nodes[k:] + seg.nodes[:k]
+        nxt = start
+        errors: dict[str, BaseException] = {}
+        for node in nodes:
+            try:
+                for chunk in self._stream_segment(node, seg.start, nxt, stop, singletons):
+                    nxt = chunk.last + 1
+                    yield chunk
+                return
+            except QJMError as e:
+                errors[node] = e
+                self.failovers += 1
+                log.warning("reading segment %d from %s failed at txid %d (%s); failing over", seg.start, node, nxt, e)
+        raise QuorumError(f"no replica could serve txids {nxt}..{stop} of segment {seg.start}-{seg.end}", causes=errors)
+
+    def _stream_segment(
+        self, node: str, segment: int, start: int, stop: int, singletons: bool = False
+    ) -> Iterator[Chunk]:
+        """Frames of one replica's segment, parsed as the download arrives; ends the download at ``stop``."""
+        download = self.qjm.loggers.by_name(node).read_segment(segment)
+        buf = bytearray()
+        pos = 0
+        header_done = False
+        nxt = start
+        try:
+            for data in download:
+                buf += data
+                if not header_done:
+                    if len(buf) < SEGMENT_HEADER_SIZE:
+                        continue
+                    framing.decode_segment_header(buf)
+                    pos = SEGMENT_HEADER_SIZE
+                    header_done = True
+                while len(buf) - pos >= FRAME_HEADER_SIZE:
+                    h = framing.decode_header(buf, pos)
+                    if len(buf) - pos < h.frame_len:
+                        break
+                    if h.last_txid >= nxt:
+                        if singletons and h.record_count != 1:
+                            if h.first_txid > nxt:
+                                raise CorruptFrameError(f"txid gap: expected {nxt}, frame starts at {h.first_txid}")
+                            nxt = min(stop, h.last_txid) + 1
+                        else:
+                            chunk = _clip(buf, pos, h.first_txid, h.segment_txid, h.epoch, nxt, stop)
+                            nxt = chunk.last + 1
+                            yield chunk
+                        if nxt > stop:
+                            return
+                    pos += h.frame_len
+                if pos > (1 << 22):
+                    del buf[:pos]
+                    pos = 0
+        finally:
+            close = getattr(download, "close", None)
+            if close is not None:
+                close()
+        raise CorruptFrameError(f"{node}: segment {segment} ended at txid {nxt - 1}, before {stop}")
+
+    def _in_progress_edits(self, since: int, max_txns: int) -> tuple[int, JournaledEdits | None]:
+        """How many txids from ``since`` a majority of the newest writer's nodes hold, and one reply holding them.
+
+        Mirrors ``Reader._read_in_progress``: nodes answering for an older epoch count as holding
+        nothing, and the count is the majority-th highest.
+        """
+        loggers = self.qjm.loggers
+        call = loggers.call(lambda lg: lg.get_journaled_edits(since, max_txns))
+        try:
+            call.wait_for(
+                loggers.size, 0, loggers.size - loggers.majority, self.qjm.config.timeouts.select_input_streams, "edits"
+            )
+        except QuorumError:
+            pass
+        replies = {n: r for n, r in dict(call.successes).items() if r.txn_count > 0}
+        if not replies:
+            return 0, None
+        epochs = {n: framing.decode_header(r.frames).epoch for n, r in replies.items()}
+        newest = max(epochs.values())
+        counts = sorted((r.txn_count if epochs[n] == newest else 0 for n, r in replies.items()), reverse=True)
+        counts += [0] * (loggers.size - len(counts))
+        durable = counts[majority(loggers.size) - 1]
+        if durable <= 0:
+            return 0, None
+        source = max((n for n in replies if epochs[n] == newest), key=lambda n: replies[n].txn_count)
+        return durable, replies[source]
+
+    def _read_in_progress(self, since: int, max_txns: int) -> Iterator[Chunk]:
+        durable, edits = self._in_progress_edits(since, max_txns)
+        if edits is None:
+            return
+        stop = since + durable - 1
+        buf = edits.frames
+        pos = 0
+        nxt = since
+        while pos < len(buf) and nxt <= stop:
+            h = framing.decode_header(buf, pos)
+            if h.last_txid >= nxt:
+                chunk = _clip(buf, pos, h.first_txid, h.segment_txid, h.epoch, nxt, stop)
+                nxt = chunk.last + 1
+                yield chunk
+            pos += h.frame_len
+
+
+def _clip(buf: bytes | bytearray, pos: int, first: int, segment: int, epoch: int, nxt: int, stop: int) -> Chunk:
+    """The records of the frame at ``pos`` with txids in ``nxt..stop`` (checksums verified)."""
+    if first > nxt:
+        raise CorruptFrameError(f"txid gap: expected {nxt}, frame starts at {first}")
+    recs = framing.decode_records(buf, pos)
+    lo = nxt - first
+    hi = min(stop - first + 1, len(recs))
+    return Chunk(nxt, segment, epoch, recs[lo:hi] if lo or hi < len(recs) else recs)

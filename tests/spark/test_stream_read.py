@@ -1,0 +1,145 @@
+"""Streaming reads: a query tailing a journal while its writer fails over and a node dies."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import qjm
+from qjm.config import QJMConfig
+from qjm.errors import FencedError
+from qjm.spark.journal import Chunk, JournalClient
+from qjm.testing.minicluster import MiniJournalCluster
+
+pytestmark = pytest.mark.spark
+
+
+def _rec(txid: int) -> bytes:
+    return b"rec-%08d" % txid
+
+
+class _Journal:
+    """Appends records whose content names their txid, so delivery can be checked record by record."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def put(self, w: qjm.Writer, k: int) -> None:
+        for _ in range(k):
+            self.n += 1
+            assert w.append(_rec(self.n)) == self.n
+        w.sync()
+
+
+def _tail(spark: Any, uri: str, checkpoint: Path, seen: list[tuple[int, list[tuple[int, int, bytes]]]]) -> Any:
+    lock = threading.Lock()
+
+    def sink(df: Any, batch_id: int) -> None:
+        rows = [(r.txid, r.epoch, bytes(r.record)) for r in df.collect()]
+        with lock:
+            seen.append((batch_id, rows))
+
+    return (
+        spark.readStream.format("qjm")
+        .option("uri", uri)
+        .option("maxRecordsPerTrigger", "250")
+        .option("qjm.reconnect_timeout", "0.2")  # a dead node is given up on quickly
+        .load()
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(checkpoint))
+        .start()
+    )
+
+
+def test_stream_survives_writer_failover_and_node_loss(spark: Any, tmp_path: Path) -> None:
+    seen: list[tuple[int, list[tuple[int, int, bytes]]]] = []
+    j = _Journal()
+    with MiniJournalCluster(3, str(tmp_path / "jn")) as c:
+        w1 = qjm.open_writer(c.uri, create=True)
+        j.put(w1, 400)
+        w1.roll()
+        j.put(w1, 300)  # committed, in w1's still open segment
+        q = _tail(spark, c.uri, tmp_path / "ck", seen)
+        try:
+            q.processAllAvailable()  # the backlog, 250 records a batch, the last ones from w1's open segment
+            j.put(w1, 100)
+            # a second writer fences the first and recovers its open segment, under the running query
+            w2 = qjm.open_writer(c.uri)
+            with pytest.raises(FencedError):
+                w1.append(b"zombie write: must never be read")
+                w1.sync()
+            w1.abort()
+            j.put(w2, 300)
+            q.processAllAvailable()
+            c.kill(0)  # SIGKILL a node: the in-progress segment is read from the two others
+            j.put(w2, 300)
+            q.processAllAvailable()
+            w2.roll()
+            j.put(w2, 200)
+            w2.close()
+            q.processAllAvailable()  # finalized segments, from whichever live replica lists them
+            assert q.exception() is None
+        finally:
+            q.stop()
+    delivered = [row for _, rows in sorted(seen) for row in rows]
+    assert [t for t, _, _ in delivered] == list(range(1, j.n + 1))  # every committed record once, in order
+    assert all(rec == _rec(t) for t, _, rec in delivered)
+    assert {e for _, e, _ in delivered} == {w1.epoch, w2.epoch}
+    assert max(len(rows) for _, rows in seen) <= 250  # maxRecordsPerTrigger
+    assert len(seen) >= j.n // 250
+
+
+def test_stream_restarts_from_its_checkpoint(spark: Any, uri: str, tmp_path: Path) -> None:
+    """Offsets are txids: a restarted query goes on at the next txid, with availableNow too."""
+    w = qjm.open_writer(uri, create=True)
+    w.append_many(_rec(t) for t in range(1, 101))
+    w.close()
+
+    def run() -> list[int]:
+        got: list[int] = []
+        q = (
+            spark.readStream.format("qjm")
+            .option("uri", uri)
+            .option("startTxid", "11")
+            .load()
+            .writeStream.foreachBatch(lambda df, _: got.extend(r.txid for r in df.orderBy("txid").collect()))
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert q.awaitTermination(120), "query did not finish"
+        assert q.exception() is None
+        return got
+
+    assert run() == list(range(11, 101))
+    w = qjm.open_writer(uri)
+    w.append_many(_rec(t) for t in range(101, 151))
+    w.sync()  # left open: the committed part of the in-progress segment is streamed too
+    try:
+        assert run() == list(range(101, 151))
+    finally:
+        w.close()
+
+
+def test_partition_reads_fail_over_between_replicas(tmp_path: Path) -> None:
+    """The replica a partition prefers dies after the listing: the read resumes on another one."""
+    with MiniJournalCluster(3, str(tmp_path / "jn")) as c:
+        w = qjm.open_writer(c.uri, create=True)
+        w.append_many(_rec(t) for t in range(1, 3001))
+        w.close()
+        jc = JournalClient(c.uri, QJMConfig().with_timeouts(reconnect=0.2))
+        try:
+            (seg,) = jc.finalized(1)
+            c.kill(c.addresses.index(seg.nodes[1]))
+            got = [(t, r) for ch in jc._read_finalized(seg, 5, 2990, prefer=1) for t, r in _numbered(ch)]
+            assert got == [(t, _rec(t)) for t in range(5, 2991)]
+            assert jc.failovers == 1
+        finally:
+            jc.close()
+
+
+def _numbered(ch: Chunk) -> list[tuple[int, bytes]]:
+    return list(zip(range(ch.first, ch.last + 1), ch.records, strict=True))
