@@ -16,7 +16,7 @@ system-deps:
 
 install: system-deps
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[test,spark]'
+	$(PIP) install -q -e '.[test,spark,bench]'
 	$(PY) -c "import qjm._native as n; c = n.capabilities(); print('qjm native:', c); assert c['backend'] == 'native', c"
 
 compile:
@@ -28,7 +28,7 @@ lint:
 
 typecheck:
 	$(PY) -m mypy
-	$(PY) -m mypy.stubtest --mypy-config-file pyproject.toml qjm._native.framing_c
+	$(PY) -m mypy.stubtest --mypy-config-file pyproject.toml qjm._native.framing_c qjm._native.segment_io_c qjm._native.fanout_c
 
 test-native:
 	QJM_REQUIRE_NATIVE=1 $(PYTEST) -q
@@ -41,6 +41,7 @@ bench:
 	$(PY) -m qjm bench
 
 bench-smoke:
+	$(PYTEST) -q bench --benchmark-disable
 	$(PY) -m qjm bench --smoke
 
 proto:

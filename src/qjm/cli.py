@@ -141,9 +141,9 @@ def _demo(a: argparse.Namespace) -> int:
 
 
 def _bench(a: argparse.Namespace) -> int:
-    from qjm import bench
+    from qjm.bench import run
 
-    bench.run(smoke=a.smoke, json_out=a.json)
+    run(smoke=a.smoke, json_out=a.json, plot=a.plot)
     return 0
 
 
@@ -198,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("bench", help="latency/throughput against the disk's floor")
     s.add_argument("--smoke", action="store_true")
     s.add_argument("--json", action="store_true")
+    s.add_argument("--plot", default=None, metavar="PNG", help="latency CDF and throughput bars (matplotlib)")
     s.set_defaults(fn=_bench)
     return p
 

@@ -20,6 +20,7 @@ from qjm.protocol import qjournal_pb2_grpc as pbg
 from qjm.protocol import wire
 from qjm.protocol.frame import FRAME_HEADER, FRAME_HEADER_CHECKED, MAX_PAYLOAD
 from qjm.protocol.messages import NamespaceInfo
+from qjm.server.storage import scan_segment_bytes
 from qjm.testing.minicluster import MiniJournalCluster
 from qjm.testing.util import ScriptedWriter, txn_data
 
@@ -177,9 +178,10 @@ def test_truncated_inprogress_segment_is_repaired_on_restart(cluster: MiniJourna
     seg = w.segment_txid
     cluster.kill(0)
     path = os.path.join(cluster.journal_dir(0), f"edits_inprogress_{seg:019d}")
-    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        valid = scan_segment_bytes(f.read(), seg).valid_end  # the file may be preallocated past it
     with open(path, "r+b") as f:
-        f.truncate(size - 7)
+        f.truncate(valid - 7)
     cluster.start(0)
     st = w.qjm.loggers.loggers[0].get_journal_state().result(timeout=10)
     assert 0 < st.highest_written_txid < 100  # cut back to the last whole frame

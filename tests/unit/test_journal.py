@@ -35,7 +35,14 @@ from qjm.protocol.messages import (
     SegmentState,
 )
 from qjm.server.journal import Journal, JournalHooks
-from qjm.server.storage import DiskStorage, JournalStorage, SegmentAppender, finalized_name, inprogress_name
+from qjm.server.storage import (
+    DiskStorage,
+    JournalStorage,
+    SegmentAppender,
+    finalized_name,
+    inprogress_name,
+    scan_segment_bytes,
+)
 from qjm.testing.memstore import MemoryStorage
 
 JID = "j"
@@ -634,9 +641,10 @@ def test_torn_tail_is_cut_on_open_and_kept_aside(tmp_path: Path) -> None:
     j.close()
     st.close()
     path = tmp_path / JID / "current" / inprogress_name(1)
-    valid = path.stat().st_size
+    valid = scan_segment_bytes(path.read_bytes(), 1).valid_end  # the file may be preallocated past it
     garbage = frame(7, 3, epoch=1, seg=1)[:-5]  # a frame cut short by a crash
-    with open(path, "ab") as f:
+    with open(path, "r+b") as f:
+        f.seek(valid)
         f.write(garbage)
     st2 = DiskStorage(str(tmp_path), JID)
     try:

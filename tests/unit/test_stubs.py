@@ -14,7 +14,7 @@ NO_EXTENSIONS = os.environ.get("QJM_NO_EXTENSIONS", "") in ("1", "true", "yes")
 
 
 @pytest.mark.skipif(NO_EXTENSIONS, reason="pure build (QJM_NO_EXTENSIONS=1): no compiled module")
-@pytest.mark.parametrize("module", ["qjm._native.framing_c"])
+@pytest.mark.parametrize("module", ["qjm._native.framing_c", "qjm._native.segment_io_c", "qjm._native.fanout_c"])
 def test_stubtest(module: str) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "mypy.stubtest", "--mypy-config-file", str(ROOT / "pyproject.toml"), module],

@@ -25,6 +25,21 @@ PUBLIC_API: dict[str, tuple[str, ...]] = {
         "ScanResult",
         "layout",
     ),
+    "segment_io": (
+        "Appender",
+        "BLOCK",
+        "DEFAULT_PREALLOC",
+        "FLUSH_BYTES",
+        "URING_BUILT",
+        "io_uring_available",
+        "direct_supported",
+    ),
+    "fanout": (
+        "Fanout",
+        "Receiver",
+        "ACK_SIZE",
+        "MAX_WINDOW_COUNT",
+    ),
 }
 
 
@@ -45,20 +60,52 @@ def _load(role: str) -> tuple[ModuleType, str]:
     return import_module(f"qjm._native.{role}_py"), "python"
 
 
+def _check(role: str, module: ModuleType) -> None:
+    for name in PUBLIC_API[role]:
+        if not hasattr(module, name):
+            raise ImportError(f"qjm._native: backend module {module.__name__} lacks {name}")
+
+
 _fallbacks: list[str] = []
 if TYPE_CHECKING:  # both backends offer the twin's API; type-check against the twin
+    from qjm._native import fanout_py as fanout
     from qjm._native import framing_py as framing
+    from qjm._native import segment_io_py as segment_io
 
-    _framing_backend = "python"
+    _framing_backend = _segment_io_backend = _fanout_backend = "python"
 else:
     framing, _framing_backend = _load("framing")
-for _name in PUBLIC_API["framing"]:
-    if not hasattr(framing, _name):
-        raise ImportError(f"qjm._native: backend module {framing.__name__} lacks {_name}")
+    segment_io, _segment_io_backend = _load("segment_io")
+    fanout, _fanout_backend = _load("fanout")
+_check("framing", framing)
+_check("segment_io", segment_io)
+_check("fanout", fanout)
 
 BACKEND = _framing_backend
+_direct: dict[str, bool] = {}
 
 
-def capabilities() -> dict[str, Any]:
-    """Which paths run here: the framing backend and why native is missing, if it is."""
-    return {"backend": BACKEND, "framing": _framing_backend, "fallbacks": list(_fallbacks)}
+def backend_of(role: str) -> str:
+    """``"native"`` or ``"python"``: which implementation of ``framing``/``segment_io``/``fanout`` runs."""
+    return {"framing": _framing_backend, "segment_io": _segment_io_backend, "fanout": _fanout_backend}[role]
+
+
+def capabilities(directory: str | None = None) -> dict[str, Any]:
+    """Which paths run here: each module's backend, why native is missing if it is, and whether
+    io_uring and O_DIRECT work (O_DIRECT probed in ``directory``, by default the temp directory).
+    """
+    import tempfile
+
+    where = directory or tempfile.gettempdir()
+    if where not in _direct:
+        _direct[where] = bool(segment_io.direct_supported(where))
+    return {
+        "backend": BACKEND,
+        "framing": _framing_backend,
+        "segment_io": _segment_io_backend,
+        "fanout": _fanout_backend,
+        "io_uring": bool(segment_io.io_uring_available()),
+        "o_direct": _direct[where] and _segment_io_backend == "native",
+        "xxh3": "libxxhash" if _framing_backend == "native" else "python-xxhash",
+        "fallbacks": list(_fallbacks),
+    }

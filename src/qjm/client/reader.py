@@ -52,6 +52,7 @@ class Reader:
         self.include_in_progress = include_in_progress
         self.max_txns = max_txns_per_poll
         self.failovers = 0
+        self.current_node = ""  # the replica the reader is streaming a finalized segment from
 
     def __iter__(self) -> Iterator[Record]:
         """Everything committed now, from ``next_txid`` on; ends when caught up."""
@@ -111,6 +112,7 @@ class Reader:
                 )
             errors: dict[str, BaseException] = {}
             for copy in copies:
+                self.current_node = copy.node
                 try:
                     yield from self._stream_segment(copy)
                     break

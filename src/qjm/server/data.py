@@ -1,10 +1,14 @@
-"""The node's data plane (pure-Python path): framed batches in, cumulative durable acks out.
+"""The node's data plane: framed batches in, cumulative durable acks out.
 
-One thread per writer connection. Each loop reads what the socket has, takes every complete
-frame out of the buffer, hands the run to ``Journal.journal`` (one fdatasync for all of them:
-group commit) and acks the highest durable txid. A bad frame, a stale epoch or a txid gap is
-answered with one ERROR message and the connection is closed: a stream cannot be resynchronised
-safely, and the writer treats the node as out of sync until its next segment.
+One thread per writer connection. The bytes are moved by ``qjm._native.fanout.Receiver`` (Cython,
+the GIL released while it waits and splits the stream; its pure twin when QJM_NO_EXTENSIONS=1):
+each run is every complete frame and commit notice received since the last one. The run goes to
+``Journal.journal`` (verify, fence, append, one fdatasync for all of them: group commit) and the
+highest durable txid is acked. While that fdatasync runs the next frames pile up in the socket, so
+a busy writer gets larger groups. A bad frame, a stale epoch or a txid gap is answered with one
+ERROR message and the connection is closed: a stream cannot be resynchronised safely, and the
+writer treats the node as out of sync until its next segment (style-anchors R17: the error
+becomes state, never an unwind through the receive loop).
 """
 
 from __future__ import annotations
@@ -15,16 +19,12 @@ import socketserver
 import threading
 from collections.abc import Callable
 
-from qjm._native import framing
-from qjm.errors import CorruptFrameError, QJMError, to_code
+from qjm._native import fanout
+from qjm.errors import QJMError, to_code
 from qjm.protocol import wire
-from qjm.protocol.frame import FRAME_HEADER_SIZE, FRAME_MAGIC
 from qjm.server.journal import Journal
 
 log = logging.getLogger("qjm.data")
-
-_FRAME_MAGIC_BYTES = FRAME_MAGIC.to_bytes(4, "little")
-RECV_BYTES = 1 << 20
 
 
 class _Conn(socketserver.BaseRequestHandler):
@@ -33,27 +33,24 @@ class _Conn(socketserver.BaseRequestHandler):
     def handle(self) -> None:
         sock: socket.socket = self.request
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        buf = bytearray()
-        journal: Journal | None = None
+        rx = fanout.Receiver(sock)
         durable = 0
         try:
+            jid = rx.hello()
+            if jid is None:
+                return
+            journal = self.server.get_journal(jid)
             while True:
-                chunk = sock.recv(RECV_BYTES)
-                if not chunk:
+                run = rx.next_run()
+                if run is None:
                     return
-                buf += chunk
-                if journal is None:
-                    journal, used = self._hello(buf)
-                    if journal is None:
-                        continue
-                    del buf[:used]
-                frames, commits, used = _take_messages(buf)
-                del buf[:used]
+                frames, commits = run
                 if frames:
                     durable = journal.journal(frames)
-                    sock.sendall(wire.encode_ack(durable))
-                for epoch, txid in commits:
-                    journal.note_committed(epoch, txid)
+                    rx.ack(durable)
+                if commits:
+                    # A lower bound that only grows: the newest notice of the run says it all.
+                    journal.note_committed(*max(commits, key=lambda c: c[1]))
         except QJMError as e:
             durable = getattr(e, "durable_txid", durable)
             log.info("data plane %s: refusing: %s: %s", self.client_address, type(e).__name__, e)
@@ -64,17 +61,6 @@ class _Conn(socketserver.BaseRequestHandler):
             log.exception("data plane %s: unexpected error", self.client_address)
             self._send_error(sock, "QJM_ERROR", f"{type(e).__name__}: {e}", durable)
 
-    def _hello(self, buf: bytearray) -> tuple[Journal | None, int]:
-        if len(buf) < wire.HELLO.size:
-            return None, 0
-        magic, version, jlen = wire.HELLO.unpack_from(buf)
-        if magic != wire.HELLO_MAGIC or version != wire.WIRE_VERSION:
-            raise CorruptFrameError(f"bad data-plane hello {bytes(buf[:8])!r}", reason="wire")
-        if len(buf) < wire.HELLO.size + jlen:
-            return None, 0
-        jid = bytes(buf[wire.HELLO.size : wire.HELLO.size + jlen]).decode(errors="replace")
-        return self.server.get_journal(jid), wire.HELLO.size + jlen
-
     @staticmethod
     def _send_error(sock: socket.socket, code: str, msg: str, durable: int) -> None:
         try:
@@ -82,37 +68,6 @@ class _Conn(socketserver.BaseRequestHandler):
             sock.shutdown(socket.SHUT_WR)
         except OSError:
             pass
-
-
-def _take_messages(buf: bytearray) -> tuple[list[bytes], list[tuple[int, int]], int]:
-    """Split complete frames and commit notices off the front of ``buf``.
-
-    Only the header is checked here (to learn the length and refuse absurd ones before buffering
-    them); the Journal verifies every frame whole before writing a byte of it.
-    """
-    pos = 0
-    frames: list[bytes] = []
-    commits: list[tuple[int, int]] = []
-    n = len(buf)
-    while n - pos >= 4:
-        magic = bytes(buf[pos : pos + 4])
-        if magic == _FRAME_MAGIC_BYTES:
-            if n - pos < FRAME_HEADER_SIZE:
-                break
-            h = framing.decode_header(buf, pos)
-            if n - pos < h.frame_len:
-                break
-            frames.append(bytes(buf[pos : pos + h.frame_len]))
-            pos += h.frame_len
-        elif magic == wire.COMMIT_MAGIC:
-            if n - pos < wire.COMMIT.size:
-                break
-            _, _, epoch, txid = wire.COMMIT.unpack_from(buf, pos)
-            commits.append((epoch, txid))
-            pos += wire.COMMIT.size
-        else:
-            raise CorruptFrameError(f"unexpected data-plane message magic {magic!r}", reason="magic", offset=pos)
-    return frames, commits, pos
 
 
 class DataServer(socketserver.ThreadingTCPServer):

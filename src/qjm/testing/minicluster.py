@@ -199,6 +199,25 @@ class MiniJournalCluster:
         assert n.proc is not None
         n.proc.send_signal(signal.SIGSTOP)
         n.paused = True
+        self._await_stopped(n.proc.pid)
+
+    @staticmethod
+    def _await_stopped(pid: int) -> None:
+        """SIGSTOP is asynchronous: return only once every thread of the node is stopped."""
+        deadline = time.monotonic() + READY_TIMEOUT
+        task_dir = f"/proc/{pid}/task"
+        while time.monotonic() < deadline:
+            states = []
+            for tid in os.listdir(task_dir):
+                try:
+                    with open(f"{task_dir}/{tid}/stat") as f:
+                        states.append(f.read().rsplit(")", 1)[1].split()[0])
+                except OSError:
+                    continue
+            if states and all(st in ("T", "t") for st in states):
+                return
+            os.sched_yield()
+        raise RuntimeError(f"node process {pid} did not stop")
 
     def resume(self, i: int) -> None:
         n = self._proc_node(i)

@@ -1,0 +1,76 @@
+"""Stub of the compiled data plane; same API as ``fanout_py`` (checked by mypy.stubtest)."""
+
+import socket
+from collections.abc import Callable, Iterable
+from typing import Final
+
+from typing_extensions import disjoint_base
+
+ACK_SIZE: Final[int]
+MAX_WINDOW_COUNT: Final[int]
+
+@disjoint_base
+class Fanout:
+    """Pipelined sender to many nodes: one epoll loop, one non-blocking connection per link."""
+
+    def add_link(self, sock: socket.socket, *, max_count: int = 1048576, max_bytes: int = 4611686018427387904) -> int:
+        """Register a connected socket (made non-blocking); returns the link id."""
+
+    def send(self, link: int, frame: bytes, last_txid: int = 0, prefix: bytes | None = None) -> int:
+        """Queue ``prefix`` (if any) then ``frame``; a frame with ``last_txid`` > 0 awaits its ack.
+
+        Returns 0 when queued, 1 when the link's window was full (nothing queued; the link fails),
+        -1 when the link has failed. Failures (a full window, a write error) are reported by
+        ``run``'s callback, never raised here.
+        """
+
+    def remove(self, link: int) -> None:
+        """Forget a link: stop watching its socket and drop what is queued. The caller closes the socket."""
+
+    def acked(self, link: int) -> int:
+        """Highest txid the node has acknowledged as durable on this link."""
+
+    def inflight(self, link: int) -> tuple[int, int]:
+        """(frames, bytes) sent or queued on this link and not yet acknowledged."""
+
+    def unsent(self, link: int) -> int:
+        """Bytes queued on this link that the socket has not taken yet."""
+
+    def quorum_txid(self, links: Iterable[int]) -> int:
+        """Highest txid acknowledged by a majority of ``links`` (0 when none or no majority has one)."""
+
+    def run(self, callback: Callable[[int, int, str, object], None]) -> None:
+        """Serve every link until ``stop``; ``callback(link, acked, code, detail)`` reports news.
+
+        ``code`` is ``""`` (acked advanced), ``"reply"`` (the node sent an ERROR or something
+        unparseable: ``detail`` holds those bytes), ``"eof"``, ``"oserror"`` (``detail`` = errno) or
+        ``"window"`` (a send found the in-flight window full).
+        """
+
+    def stop(self) -> None:
+        """Make ``run`` return (from any thread)."""
+
+    def close(self) -> None:
+        """Remove every link and release the epoll instance; ``run`` must have returned."""
+
+    @property
+    def closed(self) -> bool: ...
+
+@disjoint_base
+class Receiver:
+    """The node's end of one data-plane connection: hello, then runs of frames and commit notices."""
+
+    def __init__(self, sock: socket.socket) -> None: ...
+    def hello(self) -> str | None:
+        """The journal id the writer names, or None if it hung up first."""
+
+    def next_run(self) -> tuple[list[bytes], list[tuple[int, int]]] | None:
+        """Every complete frame and commit notice received so far, waiting for at least one.
+
+        Returns ``(frames, commits)`` with ``commits`` as (epoch, txid) pairs, or None once the
+        writer has hung up. A malformed message raises CorruptFrameError, after the messages
+        before it have been returned.
+        """
+
+    def ack(self, txid: int) -> None:
+        """Tell the writer everything through ``txid`` is durable."""

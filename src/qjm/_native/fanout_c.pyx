@@ -1,0 +1,846 @@
+# cython: auto_pickle=False, autotestdict=False
+# Native data plane (twin of fanout_py: same API, same bytes, same reports).
+#
+# Fanout: the writer's side. One epoll loop (run() in a thread of its own, GIL released while it
+# waits and moves bytes) serves many links, one non-blocking TCP connection per node. send() queues
+# a frame and writes it at once from the caller's thread when the link's queue was empty; the loop
+# writes the rest on EPOLLOUT and parses the node's cumulative acks. Each link has an in-flight
+# window bounded in frames and bytes: send() refuses a frame past it and Python decides what that
+# means. The loop takes the GIL only to report facts (acked through N, or why the link failed) and
+# to drop references to buffers it has sent.
+#
+# Receiver: the node's side, one blocking connection: splits the stream into frames and commit
+# notices without the GIL, hands them to Python in runs (one group commit per run), sends acks.
+#
+# Locking: each link has a pthread mutex. A thread never waits for the GIL while holding one, so a
+# holder of the GIL may block on a mutex.
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_DECREF, Py_INCREF
+from libc.errno cimport EAGAIN, EINTR, ENOMEM, errno
+from libc.stdint cimport int64_t, uint16_t, uint32_t, uint64_t
+from libc.stdlib cimport calloc, free, malloc, realloc
+from libc.string cimport memcmp, memcpy, memmove, memset
+from posix.unistd cimport close as c_close, read as c_read, write as c_write
+
+import os
+import traceback
+
+from qjm._native.framing_c import decode_header as _decode_header
+from qjm.errors import CorruptFrameError
+
+cdef enum:
+    MAX_LINKS = 1024
+    SLOT_BITS = 10
+    MAX_IOV = 64
+    RBUF = 131072                   # > the largest reply: 20 + 255 + MAX_ERROR_TEXT
+    ACK_SZ = 16                     # wire.ACK  <4sIQ
+    ERROR_HEAD = 20                 # wire.ERROR <4sHHIq
+    MAX_ERROR_TEXT = 65536
+    HELLO_SZ = 8                    # wire.HELLO <4sHH
+    COMMIT_SZ = 24                  # wire.COMMIT <4sIQq
+    FRAME_HDR = 64
+    RECV_CHUNK = 1048576
+    NOGIL_SEND = 16384              # frames at least this long are queued without the GIL
+    WIRE_VERSION = 1
+    MAX_EVENTS = 64
+
+cdef enum:
+    L_FREE = 0
+    L_OPEN = 1
+    L_FAILED = 2
+
+cdef enum:
+    F_NONE = 0
+    F_REPLY = 1                     # an ERROR reply, or a reply that is not ACK/ERROR: detail = bytes
+    F_EOF = 2
+    F_OSERROR = 3
+    F_WINDOW = 4                    # send() found the in-flight window full
+
+cdef unsigned long long WAKE = 0xFFFFFFFFFFFFFFFFULL
+
+ACK_SIZE = ACK_SZ
+MAX_WINDOW_COUNT = 1 << 20
+
+
+# ---------------------------------------------------------------------------------------------
+# nogil helpers on one link; the caller holds l.mu
+
+cdef void _rel_push(link_t *l, PyObject *o) noexcept nogil:
+    cdef Py_ssize_t cap
+    cdef PyObject **nr
+    if l.nrel == l.relcap:
+        cap = l.relcap * 2 if l.relcap else 64
+        nr = <PyObject **>realloc(l.rel, <size_t>cap * sizeof(PyObject *))
+        if nr == NULL:
+            return                  # out of memory: leak the reference rather than crash
+        l.rel = nr
+        l.relcap = cap
+    l.rel[l.nrel] = o
+    l.nrel += 1
+
+
+cdef void _drop_queue(link_t *l) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(l.qhead, l.qlen):
+        _rel_push(l, l.q[i].obj)
+    l.qhead = l.qlen = 0
+    l.flhead = l.fllen = 0
+    l.inflight_bytes = 0
+
+
+cdef void _deregister(int ep, link_t *l) noexcept nogil:
+    if l.registered:
+        epoll_ctl(ep, EPOLL_CTL_DEL, l.fd, NULL)
+        l.registered = False
+
+
+cdef void _fail(int ep, link_t *l, int kind, int err, const unsigned char *detail, Py_ssize_t n) noexcept nogil:
+    if l.state != L_OPEN:
+        return
+    l.state = L_FAILED
+    l.fail_kind = kind
+    l.fail_errno = err
+    if n > 0:
+        l.fail_detail = <unsigned char *>malloc(<size_t>n)
+        if l.fail_detail != NULL:
+            memcpy(l.fail_detail, detail, <size_t>n)
+            l.fail_len = n
+    l.news = True
+    _drop_queue(l)
+    _deregister(ep, l)
+
+
+cdef int _flush(int ep, link_t *l, unsigned long long token) noexcept nogil:
+    # Write queued buffers until the socket would block; 0 or an errno.
+    cdef iovec iov[MAX_IOV]
+    cdef msghdr msg
+    cdef Py_ssize_t i, k, left
+    cdef ssize_t r
+    cdef epoll_event ev
+    cdef bint want
+    while l.qhead < l.qlen:
+        k = 0
+        i = l.qhead
+        while i < l.qlen and k < MAX_IOV:
+            iov[k].iov_base = <void *>(l.q[i].p + l.q[i].off)
+            iov[k].iov_len = <size_t>(l.q[i].len - l.q[i].off)
+            k += 1
+            i += 1
+        memset(&msg, 0, sizeof(msg))
+        msg.msg_iov = iov
+        msg.msg_iovlen = <size_t>k
+        r = sendmsg(l.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT)
+        if r < 0:
+            if errno == EINTR:
+                continue
+            if errno == EAGAIN:
+                break
+            return errno
+        while r > 0:
+            left = l.q[l.qhead].len - l.q[l.qhead].off
+            if r >= left:
+                r -= left
+                _rel_push(l, l.q[l.qhead].obj)
+                l.qhead += 1
+            else:
+                l.q[l.qhead].off += r
+                r = 0
+    if l.qhead == l.qlen:
+        l.qhead = l.qlen = 0
+    elif l.qhead * 2 > l.qcap:
+        memmove(l.q, l.q + l.qhead, <size_t>(l.qlen - l.qhead) * sizeof(qent))
+        l.qlen -= l.qhead
+        l.qhead = 0
+    want = l.qlen > l.qhead
+    if want != l.out_armed and l.registered:
+        ev.events = EPOLLIN | EPOLLRDHUP | (EPOLLOUT if want else 0)
+        ev.data.u64 = token
+        if epoll_ctl(ep, EPOLL_CTL_MOD, l.fd, &ev) != 0:
+            return errno
+        l.out_armed = want
+    return 0
+
+
+cdef bint _push(link_t *l, PyObject *o, const char *p, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t cap
+    cdef qent *nq
+    if l.qlen == l.qcap:
+        cap = l.qcap * 2 if l.qcap else 64
+        nq = <qent *>realloc(l.q, <size_t>cap * sizeof(qent))
+        if nq == NULL:
+            return False
+        l.q = nq
+        l.qcap = cap
+    l.q[l.qlen].obj = o
+    l.q[l.qlen].p = p
+    l.q[l.qlen].len = n
+    l.q[l.qlen].off = 0
+    l.qlen += 1
+    return True
+
+
+cdef bint _push_inflight(link_t *l, uint64_t last, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t cap
+    cdef fent *nf
+    if l.flhead and l.fllen == l.flcap:
+        memmove(l.fl, l.fl + l.flhead, <size_t>(l.fllen - l.flhead) * sizeof(fent))
+        l.fllen -= l.flhead
+        l.flhead = 0
+    if l.fllen == l.flcap:
+        cap = l.flcap * 2 if l.flcap else 64
+        nf = <fent *>realloc(l.fl, <size_t>cap * sizeof(fent))
+        if nf == NULL:
+            return False
+        l.fl = nf
+        l.flcap = cap
+    l.fl[l.fllen].last_txid = last
+    l.fl[l.fllen].nbytes = n
+    l.fllen += 1
+    l.inflight_bytes += n
+    return True
+
+
+cdef void _acked(link_t *l, uint64_t txid) noexcept nogil:
+    if txid > l.acked:
+        l.acked = txid
+        l.news = True
+    while l.flhead < l.fllen and l.fl[l.flhead].last_txid <= l.acked:
+        l.inflight_bytes -= l.fl[l.flhead].nbytes
+        l.flhead += 1
+    if l.flhead == l.fllen:
+        l.flhead = l.fllen = 0
+
+
+cdef void _parse(int ep, link_t *l) noexcept nogil:
+    # Consume the complete replies in rbuf: cumulative ACKs, or one ERROR (or garbage) that fails the link.
+    cdef Py_ssize_t pos = 0
+    cdef Py_ssize_t need
+    cdef const unsigned char *p
+    cdef uint64_t txid = 0
+    cdef uint16_t clen = 0
+    cdef uint32_t mlen = 0
+    cdef int64_t durable = 0
+    while l.rlen - pos >= 4:
+        p = l.rbuf + pos
+        if memcmp(p, b"QJMA", 4) == 0:
+            if l.rlen - pos < ACK_SZ:
+                break
+            memcpy(&txid, p + 8, 8)
+            _acked(l, txid)
+            pos += ACK_SZ
+        elif memcmp(p, b"QJME", 4) == 0:
+            if l.rlen - pos < ERROR_HEAD:
+                break
+            memcpy(&clen, p + 4, 2)
+            memcpy(&mlen, p + 8, 4)
+            memcpy(&durable, p + 12, 8)
+            if mlen > MAX_ERROR_TEXT:
+                _fail(ep, l, F_REPLY, 0, p, ERROR_HEAD)
+                return
+            need = ERROR_HEAD + clen + mlen
+            if l.rlen - pos < need:
+                break
+            if durable > 0:
+                _acked(l, <uint64_t>durable)
+            _fail(ep, l, F_REPLY, 0, p, need)
+            return
+        else:
+            _fail(ep, l, F_REPLY, 0, p, 4)
+            return
+    if pos:
+        memmove(l.rbuf, l.rbuf + pos, <size_t>(l.rlen - pos))
+        l.rlen -= pos
+
+
+cdef void _read(int ep, link_t *l) noexcept nogil:
+    cdef ssize_t r
+    while l.state == L_OPEN:
+        if l.rlen == RBUF:
+            _fail(ep, l, F_REPLY, 0, l.rbuf, 4)
+            return
+        r = recv(l.fd, l.rbuf + l.rlen, <size_t>(RBUF - l.rlen), MSG_DONTWAIT)
+        if r > 0:
+            l.rlen += r
+            _parse(ep, l)
+        elif r == 0:
+            _fail(ep, l, F_EOF, 0, NULL, 0)
+        elif errno == EINTR:
+            continue
+        elif errno == EAGAIN:
+            return
+        else:
+            _fail(ep, l, F_OSERROR, errno, NULL, 0)
+
+
+cdef inline unsigned long long _token(link_t *links, link_t *l) noexcept nogil:
+    return (<unsigned long long>l.gen << SLOT_BITS) | <unsigned long long>(l - links)
+
+
+cdef int _enqueue(int ep, link_t *links, link_t *l, PyObject *pre, const char *prep, Py_ssize_t npre,
+                  PyObject *fr, const char *frp, Py_ssize_t n, uint64_t last, PyObject ***rel,
+                  Py_ssize_t *nrel) noexcept nogil:
+    # 0 queued, 1 window full (nothing queued; the link fails), -1 link failed (nothing queued),
+    # -2 out of memory (nothing queued), -3 queued but the write failed (the link fails; the queue,
+    # this frame included, went to *rel).
+    # A failure is reported by the loop (the caller wakes it when the link has news), never here:
+    # the caller may hold locks its on-failure handler needs.
+    cdef int rc = 0
+    cdef bint was_empty
+    cdef int e
+    pthread_mutex_lock(&l.mu)
+    if l.state != L_OPEN:
+        rc = -1
+    elif last and (l.fllen - l.flhead >= l.max_count
+                   or (l.inflight_bytes > 0 and l.inflight_bytes + n > l.max_bytes)):
+        _fail(ep, l, F_WINDOW, 0, NULL, 0)
+        rc = 1
+    else:
+        was_empty = l.qhead == l.qlen
+        if pre != NULL and not _push(l, pre, prep, npre):
+            rc = -2
+        elif not _push(l, fr, frp, n):
+            rc = -2
+            if pre != NULL:
+                l.qlen -= 1
+        elif last and not _push_inflight(l, last, n):
+            rc = -2
+            l.qlen -= 2 if pre != NULL else 1
+        if rc == 0 and was_empty:
+            e = _flush(ep, l, _token(links, l))
+            if e:
+                _fail(ep, l, F_OSERROR, e, NULL, 0)
+                rc = -3
+    rel[0] = l.rel
+    nrel[0] = l.nrel
+    l.rel = NULL
+    l.nrel = l.relcap = 0
+    pthread_mutex_unlock(&l.mu)
+    return rc
+
+
+cdef void _drop_refs(PyObject **rel, Py_ssize_t n):
+    cdef Py_ssize_t i
+    for i in range(n):
+        Py_DECREF(<object>rel[i])
+    free(rel)
+
+
+# ---------------------------------------------------------------------------------------------
+
+cdef class Fanout:
+    """Pipelined sender to many nodes: one epoll loop, one non-blocking connection per link."""
+
+    def __cinit__(self):
+        cdef int i
+        cdef epoll_event ev
+        self._ep = -1
+        self._wake = -1
+        self._links = <link_t *>calloc(MAX_LINKS, sizeof(link_t))
+        if self._links == NULL:
+            raise MemoryError()
+        for i in range(MAX_LINKS):
+            pthread_mutex_init(&self._links[i].mu, NULL)
+        self._nslots = 0
+        self._socks = {}
+        self._ep = epoll_create1(EPOLL_CLOEXEC)
+        if self._ep < 0:
+            raise OSError(errno, os.strerror(errno))
+        self._wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)
+        if self._wake < 0:
+            raise OSError(errno, os.strerror(errno))
+        ev.events = EPOLLIN
+        ev.data.u64 = WAKE
+        if epoll_ctl(self._ep, EPOLL_CTL_ADD, self._wake, &ev) != 0:
+            raise OSError(errno, os.strerror(errno))
+
+    def __dealloc__(self):
+        cdef int i
+        cdef link_t *l
+        if self._links != NULL:
+            for i in range(self._nslots):
+                l = &self._links[i]
+                _drop_queue(l)
+                _drop_refs(l.rel, l.nrel)   # the GIL is held in __dealloc__
+                l.rel = NULL
+                free(l.q)
+                free(l.fl)
+                free(l.rbuf)
+                free(l.fail_detail)
+            for i in range(MAX_LINKS):
+                pthread_mutex_destroy(&self._links[i].mu)
+            free(self._links)
+            self._links = NULL
+        if self._ep >= 0:
+            c_close(self._ep)
+        if self._wake >= 0:
+            c_close(self._wake)
+
+    cdef link_t *_get(self, object link, int *slot) except NULL:
+        cdef long long v = link
+        cdef int s = <int>(v & (MAX_LINKS - 1))
+        if self._links == NULL or self._ep < 0:
+            raise ValueError("Fanout is closed")
+        if v < 0 or s >= self._nslots or self._links[s].state == L_FREE or \
+                self._links[s].gen != <unsigned int>(v >> SLOT_BITS):
+            raise ValueError(f"unknown link {link}")
+        slot[0] = s
+        return &self._links[s]
+
+    def add_link(self, sock, *, Py_ssize_t max_count=MAX_WINDOW_COUNT, Py_ssize_t max_bytes=1 << 62):
+        """Register a connected socket (made non-blocking); returns the link id."""
+        cdef int s = 0
+        cdef int fd
+        cdef link_t *l = NULL
+        cdef epoll_event ev
+        cdef int err
+        if self._links == NULL or self._ep < 0:
+            raise ValueError("Fanout is closed")
+        if max_count < 1 or max_bytes < 1:
+            raise ValueError("max_count and max_bytes must be >= 1")
+        sock.setblocking(False)
+        fd = sock.fileno()
+        for s in range(self._nslots):
+            if self._links[s].state == L_FREE:
+                l = &self._links[s]
+                break
+        if l == NULL:
+            if self._nslots == MAX_LINKS:
+                raise RuntimeError(f"Fanout: more than {MAX_LINKS} links")
+            s = self._nslots
+            l = &self._links[s]
+            self._nslots += 1
+        if l.rbuf == NULL:
+            l.rbuf = <unsigned char *>malloc(RBUF)
+            if l.rbuf == NULL:
+                raise MemoryError()
+        pthread_mutex_lock(&l.mu)
+        l.fd = fd
+        l.qhead = l.qlen = 0
+        l.flhead = l.fllen = 0
+        l.inflight_bytes = 0
+        l.max_count = max_count
+        l.max_bytes = max_bytes
+        l.acked = l.reported = 0
+        l.out_armed = False
+        l.news = False
+        l.rlen = 0
+        l.fail_kind = F_NONE
+        l.fail_errno = 0
+        l.fail_len = 0
+        l.fail_reported = False
+        l.state = L_OPEN
+        l.registered = True
+        pthread_mutex_unlock(&l.mu)
+        ev.events = EPOLLIN | EPOLLRDHUP
+        ev.data.u64 = _token(self._links, l)
+        if epoll_ctl(self._ep, EPOLL_CTL_ADD, fd, &ev) != 0:
+            err = errno
+            l.state = L_FREE
+            l.registered = False
+            l.gen += 1
+            raise OSError(err, os.strerror(err))
+        self._socks[<int>(l - self._links)] = sock
+        return <long long>_token(self._links, l)
+
+    def send(self, link, bytes frame not None, unsigned long long last_txid=0, bytes prefix=None):
+        """Queue ``prefix`` (if any) then ``frame``; a frame with ``last_txid`` > 0 awaits its ack.
+
+        Returns 0 when queued, 1 when the link's window was full (nothing queued; the link fails),
+        -1 when the link has failed. Failures (a full window, a write error) are reported by
+        ``run``'s callback, never raised here.
+        """
+        cdef int s = 0
+        cdef link_t *l = self._get(link, &s)
+        cdef PyObject *pre = NULL
+        cdef const char *prep = NULL
+        cdef PyObject *fr = <PyObject *>frame
+        cdef const char *frp = PyBytes_AS_STRING(frame)
+        cdef Py_ssize_t n = PyBytes_GET_SIZE(frame)
+        cdef Py_ssize_t npre = 0
+        cdef int rc
+        cdef PyObject **rel = NULL
+        cdef Py_ssize_t nrel = 0
+        cdef int ep = self._ep
+        cdef link_t *links = self._links
+        cdef unsigned long long one = 1
+        if prefix is not None:
+            pre = <PyObject *>prefix
+            prep = PyBytes_AS_STRING(prefix)
+            npre = PyBytes_GET_SIZE(prefix)
+            Py_INCREF(prefix)
+        Py_INCREF(frame)
+        if n + npre >= NOGIL_SEND:
+            with nogil:
+                rc = _enqueue(ep, links, l, pre, prep, npre, fr, frp, n, last_txid, &rel, &nrel)
+        else:
+            rc = _enqueue(ep, links, l, pre, prep, npre, fr, frp, n, last_txid, &rel, &nrel)
+        if rc != 0 and rc != -3:
+            Py_DECREF(frame)
+            if prefix is not None:
+                Py_DECREF(prefix)
+        _drop_refs(rel, nrel)
+        if rc == -2:
+            raise MemoryError()
+        if rc != 0:
+            <void>c_write(self._wake, &one, 8)    # let the loop report the failure
+        return -1 if rc == -3 else rc
+
+    def remove(self, link):
+        """Forget a link: stop watching its socket and drop what is queued. The caller closes the socket."""
+        cdef int s = 0
+        cdef link_t *l = self._get(link, &s)
+        cdef PyObject **rel
+        cdef Py_ssize_t nrel
+        pthread_mutex_lock(&l.mu)
+        _deregister(self._ep, l)
+        _drop_queue(l)
+        rel = l.rel
+        nrel = l.nrel
+        l.rel = NULL
+        l.nrel = l.relcap = 0
+        free(l.fail_detail)
+        l.fail_detail = NULL
+        l.fail_len = 0
+        l.state = L_FREE
+        l.gen += 1
+        pthread_mutex_unlock(&l.mu)
+        _drop_refs(rel, nrel)
+        self._socks.pop(s, None)
+
+    def acked(self, link):
+        """Highest txid the node has acknowledged as durable on this link."""
+        cdef int s = 0
+        cdef link_t *l = self._get(link, &s)
+        cdef uint64_t a
+        with nogil:
+            pthread_mutex_lock(&l.mu)
+            a = l.acked
+            pthread_mutex_unlock(&l.mu)
+        return a
+
+    def inflight(self, link):
+        """(frames, bytes) sent or queued on this link and not yet acknowledged."""
+        cdef int s = 0
+        cdef link_t *l = self._get(link, &s)
+        cdef Py_ssize_t c, b
+        with nogil:
+            pthread_mutex_lock(&l.mu)
+            c = l.fllen - l.flhead
+            b = l.inflight_bytes
+            pthread_mutex_unlock(&l.mu)
+        return c, b
+
+    def unsent(self, link):
+        """Bytes queued on this link that the socket has not taken yet."""
+        cdef int s = 0
+        cdef link_t *l = self._get(link, &s)
+        cdef Py_ssize_t i
+        cdef Py_ssize_t total = 0
+        with nogil:
+            pthread_mutex_lock(&l.mu)
+            for i in range(l.qhead, l.qlen):
+                total += l.q[i].len - l.q[i].off
+            pthread_mutex_unlock(&l.mu)
+        return total
+
+    def quorum_txid(self, links):
+        """Highest txid acknowledged by a majority of ``links`` (0 when none or no majority has one)."""
+        cdef list acks = []
+        for link in links:
+            acks.append(self.acked(link))
+        if not acks:
+            return 0
+        acks.sort(reverse=True)
+        return acks[len(acks) // 2]
+
+    def run(self, callback):
+        """Serve every link until ``stop``; ``callback(link, acked, code, detail)`` reports news.
+
+        ``code`` is ``""`` (acked advanced), ``"reply"`` (the node sent an ERROR or something
+        unparseable: ``detail`` holds those bytes), ``"eof"``, ``"oserror"`` (``detail`` = errno) or
+        ``"window"`` (a send found the in-flight window full).
+        """
+        cdef epoll_event evs[MAX_EVENTS]
+        cdef int n, i, s
+        cdef int ep = self._ep
+        cdef int wake = self._wake
+        cdef link_t *links = self._links
+        cdef link_t *l
+        cdef unsigned long long tok
+        cdef unsigned long long junk = 0
+        cdef int touched[MAX_EVENTS]
+        cdef int ntouched
+        cdef bint woke
+        cdef int e
+        if links == NULL or ep < 0:
+            raise ValueError("Fanout is closed")
+        if self._running:
+            raise RuntimeError("Fanout.run is already running")
+        self._running = True
+        self._stop = False
+        try:
+            while not self._stop:
+                ntouched = 0
+                woke = False
+                with nogil:
+                    n = epoll_wait(ep, evs, MAX_EVENTS, -1)
+                    for i in range(n):
+                        tok = evs[i].data.u64
+                        if tok == WAKE:
+                            e = <int>c_read(wake, &junk, 8)
+                            woke = True
+                            continue
+                        s = <int>(tok & (MAX_LINKS - 1))
+                        l = &links[s]
+                        pthread_mutex_lock(&l.mu)
+                        if l.state == L_OPEN and l.gen == <unsigned int>(tok >> SLOT_BITS):
+                            if evs[i].events & (EPOLLOUT | EPOLLERR):
+                                e = _flush(ep, l, tok)
+                                if e:
+                                    _fail(ep, l, F_OSERROR, e, NULL, 0)
+                            if l.state == L_OPEN and evs[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP):
+                                _read(ep, l)
+                        if l.news or l.nrel:
+                            touched[ntouched] = s
+                            ntouched += 1
+                        pthread_mutex_unlock(&l.mu)
+                if woke:
+                    for s in range(self._nslots):
+                        self._report(s, callback)
+                else:
+                    for i in range(ntouched):
+                        self._report(touched[i], callback)
+        finally:
+            self._running = False
+
+    cdef int _report(self, int s, object callback) except -1:
+        # With the GIL: drop the references the loop released, then report news to Python.
+        cdef link_t *l = &self._links[s]
+        cdef PyObject **rel
+        cdef Py_ssize_t nrel
+        cdef bint news
+        cdef uint64_t acked
+        cdef int kind = F_NONE
+        cdef int err = 0
+        cdef object detail = None
+        cdef unsigned int gen
+        pthread_mutex_lock(&l.mu)
+        if l.state == L_FREE:
+            pthread_mutex_unlock(&l.mu)
+            return 0
+        rel = l.rel
+        nrel = l.nrel
+        l.rel = NULL
+        l.nrel = l.relcap = 0
+        news = l.news
+        l.news = False
+        acked = l.acked
+        gen = l.gen
+        if l.state == L_FAILED and not l.fail_reported:
+            l.fail_reported = True
+            kind = l.fail_kind
+            err = l.fail_errno
+            if l.fail_len:
+                detail = PyBytes_FromStringAndSize(<const char *>l.fail_detail, l.fail_len)
+        pthread_mutex_unlock(&l.mu)
+        _drop_refs(rel, nrel)
+        if not news:
+            return 0
+        if kind == F_REPLY:
+            code = "reply"
+        elif kind == F_EOF:
+            code = "eof"
+        elif kind == F_OSERROR:
+            code = "oserror"
+            detail = err
+        elif kind == F_WINDOW:
+            code = "window"
+        else:
+            code = ""
+        try:
+            callback((<long long>gen << SLOT_BITS) | s, acked, code, detail)
+        except Exception:
+            traceback.print_exc()
+        return 0
+
+    def stop(self):
+        """Make ``run`` return (from any thread)."""
+        cdef unsigned long long one = 1
+        cdef ssize_t r
+        self._stop = True
+        if self._wake >= 0:
+            r = c_write(self._wake, &one, 8)
+            if r < 0:
+                raise OSError(errno, os.strerror(errno))
+
+    def close(self):
+        """Remove every link and release the epoll instance; ``run`` must have returned."""
+        cdef int s
+        if self._running:
+            raise RuntimeError("Fanout.close while run is running; stop it first")
+        if self._links == NULL or self._ep < 0:
+            return
+        for s in range(self._nslots):
+            if self._links[s].state != L_FREE:
+                self.remove((<long long>self._links[s].gen << SLOT_BITS) | s)
+        c_close(self._ep)
+        c_close(self._wake)
+        self._ep = self._wake = -1
+
+    @property
+    def closed(self):
+        return self._ep < 0
+
+
+# ---------------------------------------------------------------------------------------------
+
+cdef class Receiver:
+    """The node's end of one data-plane connection: hello, then runs of frames and commit notices."""
+
+    def __cinit__(self):
+        self._buf = NULL
+
+    def __init__(self, sock):
+        if self._buf != NULL:
+            raise RuntimeError("Receiver is already initialised")
+        self._sock = sock
+        self._fd = sock.fileno()
+        self._cap = RECV_CHUNK
+        self._buf = <unsigned char *>malloc(<size_t>self._cap)
+        if self._buf == NULL:
+            raise MemoryError()
+        self._len = 0
+        self._eof = False
+
+    def __dealloc__(self):
+        free(self._buf)
+        self._buf = NULL
+
+    cdef int _fill(self, Py_ssize_t need) except -1:
+        # Block (without the GIL) until the peer sends more bytes or closes; grow to hold `need`.
+        cdef Py_ssize_t cap = self._cap
+        cdef unsigned char *nb
+        cdef ssize_t r = 0
+        cdef int fd = self._fd
+        while cap < need or cap - self._len < RECV_CHUNK // 4:
+            cap *= 2
+        if cap != self._cap:
+            nb = <unsigned char *>realloc(self._buf, <size_t>cap)
+            if nb == NULL:
+                raise MemoryError()
+            self._buf = nb
+            self._cap = cap
+        with nogil:
+            while True:
+                r = recv(fd, self._buf + self._len, <size_t>(self._cap - self._len), 0)
+                if r >= 0 or errno != EINTR:
+                    break
+        if r < 0:
+            raise OSError(errno, os.strerror(errno))
+        if r == 0:
+            self._eof = True
+        self._len += r
+        return 0
+
+    cdef void _consume(self, Py_ssize_t n) noexcept:
+        if n:
+            memmove(self._buf, self._buf + n, <size_t>(self._len - n))
+            self._len -= n
+
+    def hello(self):
+        """The journal id the writer names, or None if it hung up first."""
+        cdef uint16_t version = 0
+        cdef uint16_t jlen = 0
+        while True:
+            if self._len >= HELLO_SZ:
+                memcpy(&version, self._buf + 4, 2)
+                memcpy(&jlen, self._buf + 6, 2)
+                if memcmp(self._buf, b"QJMH", 4) != 0 or version != WIRE_VERSION:
+                    raise CorruptFrameError(
+                        f"bad data-plane hello {PyBytes_FromStringAndSize(<char *>self._buf, HELLO_SZ)!r}",
+                        reason="wire")
+                if self._len >= HELLO_SZ + jlen:
+                    jid = PyBytes_FromStringAndSize(<char *>self._buf + HELLO_SZ, jlen).decode(errors="replace")
+                    self._consume(HELLO_SZ + jlen)
+                    return jid
+            if self._eof:
+                return None
+            self._fill(HELLO_SZ + (jlen if self._len >= HELLO_SZ else 0))
+
+    def next_run(self):
+        """Every complete frame and commit notice received so far, waiting for at least one.
+
+        Returns ``(frames, commits)`` with ``commits`` as (epoch, txid) pairs, or None once the
+        writer has hung up. A malformed message raises CorruptFrameError, after the messages
+        before it have been returned.
+        """
+        cdef list frames = []
+        cdef list commits = []
+        cdef Py_ssize_t pos
+        cdef Py_ssize_t need
+        cdef Py_ssize_t flen
+        cdef uint64_t epoch = 0
+        cdef int64_t txid = 0
+        cdef const unsigned char *p
+        while True:
+            pos = 0
+            need = 0
+            try:
+                while self._len - pos >= 4:
+                    p = self._buf + pos
+                    if memcmp(p, b"QJMF", 4) == 0:
+                        if self._len - pos < FRAME_HDR:
+                            need = pos + FRAME_HDR
+                            break
+                        h = _decode_header(PyBytes_FromStringAndSize(<const char *>p, FRAME_HDR))
+                        flen = FRAME_HDR + <Py_ssize_t>h.payload_len
+                        if self._len - pos < flen:
+                            need = pos + flen
+                            break
+                        frames.append(PyBytes_FromStringAndSize(<const char *>p, flen))
+                        pos += flen
+                    elif memcmp(p, b"QJMC", 4) == 0:
+                        if self._len - pos < COMMIT_SZ:
+                            need = pos + COMMIT_SZ
+                            break
+                        memcpy(&epoch, p + 8, 8)
+                        memcpy(&txid, p + 16, 8)
+                        commits.append((epoch, txid))
+                        pos += COMMIT_SZ
+                    else:
+                        raise CorruptFrameError(
+                            f"unexpected data-plane message magic {PyBytes_FromStringAndSize(<const char *>p, 4)!r}",
+                            reason="magic", offset=0)
+            except CorruptFrameError:
+                self._consume(pos)
+                if frames or commits:
+                    return frames, commits
+                raise
+            self._consume(pos)
+            if frames or commits:
+                return frames, commits
+            if self._eof:
+                return None
+            self._fill(need - pos)
+
+    def ack(self, unsigned long long txid):
+        """Tell the writer everything through ``txid`` is durable."""
+        cdef unsigned char msg[ACK_SZ]
+        cdef Py_ssize_t off = 0
+        cdef ssize_t r = 0
+        cdef int fd = self._fd
+        memcpy(msg, b"QJMA", 4)
+        memset(msg + 4, 0, 4)
+        memcpy(msg + 8, &txid, 8)
+        with nogil:
+            while off < ACK_SZ:
+                r = send(fd, msg + off, <size_t>(ACK_SZ - off), MSG_NOSIGNAL)
+                if r < 0:
+                    if errno == EINTR:
+                        continue
+                    break
+                off += r
+        if r < 0:
+            raise OSError(errno, os.strerror(errno))

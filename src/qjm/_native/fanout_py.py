@@ -1,0 +1,438 @@
+"""Pure-Python data plane (twin of ``fanout_c``): selectors and threads, same API and reports.
+
+``Fanout`` is the writer's side: ``run`` serves every link from one thread with a selector; ``send``
+writes from the caller's thread while the link's queue is empty and leaves the rest to the loop.
+``Receiver`` is the node's side of one connection. Written independently of the Cython module as
+the simplest correct code (style-anchors R4).
+"""
+
+from __future__ import annotations
+
+import collections
+import selectors
+import socket
+import struct
+import threading
+from collections.abc import Callable, Iterable
+
+from qjm._native.framing_py import decode_header
+from qjm.errors import CorruptFrameError
+
+ACK_SIZE = 16
+MAX_WINDOW_COUNT = 1 << 20
+
+_ACK = struct.Struct("<4sIQ")
+_ERROR_HEAD = struct.Struct("<4sHHIq")
+_HELLO = struct.Struct("<4sHH")
+_COMMIT = struct.Struct("<4sIQq")
+_MAX_ERROR_TEXT = 65536
+_RBUF = 131072
+_RECV = 1 << 20
+_FRAME_HEADER = 64
+_WIRE_VERSION = 1
+
+Callback = Callable[[int, int, str, object], None]
+
+
+class _Link:
+    def __init__(self, sock: socket.socket, max_count: int, max_bytes: int) -> None:
+        self.sock = sock
+        self.lock = threading.Lock()
+        self.queue: collections.deque[memoryview] = collections.deque()
+        self.inflight: collections.deque[tuple[int, int]] = collections.deque()
+        self.inflight_bytes = 0
+        self.max_count = max_count
+        self.max_bytes = max_bytes
+        self.acked = 0
+        self.rbuf = bytearray()
+        self.open = True
+        self.news = False
+        self.failure: tuple[str, object] | None = None
+        self.failure_reported = False
+        self.writing = False
+
+    def fail(self, code: str, detail: object) -> None:
+        if not self.open:
+            return
+        self.open = False
+        self.failure = (code, detail)
+        self.news = True
+        self.queue.clear()
+        self.inflight.clear()
+        self.inflight_bytes = 0
+
+    def flush(self) -> None:
+        """Send queued bytes until the socket would block; OSError propagates."""
+        while self.queue:
+            try:
+                n = self.sock.send(self.queue[0])
+            except (BlockingIOError, InterruptedError):
+                return
+            if n == len(self.queue[0]):
+                self.queue.popleft()
+            else:
+                self.queue[0] = self.queue[0][n:]
+
+    def on_ack(self, txid: int) -> None:
+        if txid > self.acked:
+            self.acked = txid
+            self.news = True
+        while self.inflight and self.inflight[0][0] <= self.acked:
+            self.inflight_bytes -= self.inflight.popleft()[1]
+
+    def parse(self) -> None:
+        buf = self.rbuf
+        pos = 0
+        while self.open and len(buf) - pos >= 4:
+            magic = bytes(buf[pos : pos + 4])
+            if magic == b"QJMA":
+                if len(buf) - pos < _ACK.size:
+                    break
+                self.on_ack(_ACK.unpack_from(buf, pos)[2])
+                pos += _ACK.size
+            elif magic == b"QJME":
+                if len(buf) - pos < _ERROR_HEAD.size:
+                    break
+                _, clen, _, mlen, durable = _ERROR_HEAD.unpack_from(buf, pos)
+                if mlen > _MAX_ERROR_TEXT:
+                    self.fail("reply", bytes(buf[pos : pos + _ERROR_HEAD.size]))
+                    break
+                need = _ERROR_HEAD.size + clen + mlen
+                if len(buf) - pos < need:
+                    break
+                if durable > 0:
+                    self.on_ack(durable)
+                self.fail("reply", bytes(buf[pos : pos + need]))
+            else:
+                self.fail("reply", magic)
+        del buf[:pos]
+
+    def read(self) -> None:
+        while self.open:
+            if len(self.rbuf) >= _RBUF:
+                self.fail("reply", bytes(self.rbuf[:4]))
+                return
+            try:
+                chunk = self.sock.recv(_RBUF - len(self.rbuf))
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                self.fail("oserror", e.errno)
+                return
+            if not chunk:
+                self.fail("eof", None)
+                return
+            self.rbuf += chunk
+            self.parse()
+
+
+class Fanout:
+    """Pipelined sender to many nodes: one selector loop, one non-blocking connection per link."""
+
+    def __init__(self) -> None:
+        self._sel = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._sel.register(self._wake_r, selectors.EVENT_READ, None)
+        self._links: dict[int, _Link] = {}
+        self._next = 1
+        self._lock = threading.Lock()  # guards _links and every selector registration
+        self._stop = False
+        self._running = False
+        self._closed = False
+
+    def _get(self, link: int) -> _Link:
+        if self._closed:
+            raise ValueError("Fanout is closed")
+        lk = self._links.get(link)
+        if lk is None:
+            raise ValueError(f"unknown link {link}")
+        return lk
+
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send(b"\0")
+        except BlockingIOError:
+            pass  # a wake-up is already pending
+
+    def _want_write(self, link: int, lk: _Link) -> None:
+        # Called with lk.lock held (lock order: link, then engine), so the interest always matches
+        # the queue: watch for writability exactly while bytes wait.
+        want = bool(lk.queue)
+        if want != lk.writing and lk.open:
+            with self._lock:
+                if link in self._links:
+                    events = selectors.EVENT_READ | (selectors.EVENT_WRITE if want else 0)
+                    self._sel.modify(lk.sock, events, link)
+                    lk.writing = want
+
+    def add_link(self, sock: socket.socket, *, max_count: int = MAX_WINDOW_COUNT, max_bytes: int = 1 << 62) -> int:
+        """Register a connected socket (made non-blocking); returns the link id."""
+        if self._closed:
+            raise ValueError("Fanout is closed")
+        if max_count < 1 or max_bytes < 1:
+            raise ValueError("max_count and max_bytes must be >= 1")
+        sock.setblocking(False)
+        with self._lock:
+            link = self._next
+            self._next += 1
+            self._links[link] = _Link(sock, max_count, max_bytes)
+            self._sel.register(sock, selectors.EVENT_READ, link)
+        return link
+
+    def send(self, link: int, frame: bytes, last_txid: int = 0, prefix: bytes | None = None) -> int:
+        """Queue ``prefix`` (if any) then ``frame``; a frame with ``last_txid`` > 0 awaits its ack.
+
+        Returns 0 when queued, 1 when the link's window was full (nothing queued; the link fails),
+        -1 when the link has failed. Failures (a full window, a write error) are reported by
+        ``run``'s callback, never raised here.
+        """
+        lk = self._get(link)
+        if type(frame) is not bytes or (prefix is not None and type(prefix) is not bytes):
+            raise TypeError("frame and prefix must be bytes")
+        if not 0 <= last_txid < 1 << 64:
+            raise OverflowError(f"last_txid {last_txid} out of range")
+        n = len(frame)
+        with lk.lock:
+            if not lk.open:
+                return -1
+            if last_txid and (
+                len(lk.inflight) >= lk.max_count or (lk.inflight_bytes > 0 and lk.inflight_bytes + n > lk.max_bytes)
+            ):
+                lk.fail("window", None)
+                rc = 1
+            else:
+                was_empty = not lk.queue
+                if prefix is not None:
+                    lk.queue.append(memoryview(prefix))
+                lk.queue.append(memoryview(frame))
+                if last_txid:
+                    lk.inflight.append((last_txid, n))
+                    lk.inflight_bytes += n
+                if not was_empty:
+                    return 0
+                try:
+                    lk.flush()
+                except OSError as e:
+                    lk.fail("oserror", e.errno)
+                    rc = -1
+                else:
+                    self._want_write(link, lk)
+                    return 0
+            self._unwatch(link, lk)
+        self._wake()  # let the loop report the failure
+        return rc
+
+    def _unwatch(self, link: int, lk: _Link) -> None:
+        with self._lock:
+            if link in self._links:
+                try:
+                    self._sel.unregister(lk.sock)
+                except (KeyError, ValueError):
+                    pass
+
+    def remove(self, link: int) -> None:
+        """Forget a link: stop watching its socket and drop what is queued. The caller closes the socket."""
+        lk = self._get(link)
+        with lk.lock:
+            lk.open = False
+            lk.queue.clear()
+            lk.inflight.clear()
+            lk.inflight_bytes = 0
+            self._unwatch(link, lk)
+            with self._lock:
+                del self._links[link]
+
+    def acked(self, link: int) -> int:
+        """Highest txid the node has acknowledged as durable on this link."""
+        lk = self._get(link)
+        with lk.lock:
+            return lk.acked
+
+    def inflight(self, link: int) -> tuple[int, int]:
+        """(frames, bytes) sent or queued on this link and not yet acknowledged."""
+        lk = self._get(link)
+        with lk.lock:
+            return len(lk.inflight), lk.inflight_bytes
+
+    def unsent(self, link: int) -> int:
+        """Bytes queued on this link that the socket has not taken yet."""
+        lk = self._get(link)
+        with lk.lock:
+            return sum(len(v) for v in lk.queue)
+
+    def quorum_txid(self, links: Iterable[int]) -> int:
+        """Highest txid acknowledged by a majority of ``links`` (0 when none or no majority has one)."""
+        acks = sorted((self.acked(link) for link in links), reverse=True)
+        return acks[len(acks) // 2] if acks else 0
+
+    def run(self, callback: Callback) -> None:
+        """Serve every link until ``stop``; ``callback(link, acked, code, detail)`` reports news.
+
+        ``code`` is ``""`` (acked advanced), ``"reply"`` (the node sent an ERROR or something
+        unparseable: ``detail`` holds those bytes), ``"eof"``, ``"oserror"`` (``detail`` = errno) or
+        ``"window"`` (a send found the in-flight window full).
+        """
+        if self._closed:
+            raise ValueError("Fanout is closed")
+        if self._running:
+            raise RuntimeError("Fanout.run is already running")
+        self._running = True
+        self._stop = False
+        try:
+            while not self._stop:
+                ready = self._sel.select()
+                touched: list[int] = []
+                for key, events in ready:
+                    if key.data is None:
+                        try:
+                            self._wake_r.recv(4096)
+                        except BlockingIOError:
+                            pass
+                        touched = list(self._links)
+                        continue
+                    link = key.data
+                    lk = self._links.get(link)
+                    if lk is None:
+                        continue
+                    with lk.lock:
+                        if lk.open and events & selectors.EVENT_WRITE:
+                            try:
+                                lk.flush()
+                            except OSError as e:
+                                lk.fail("oserror", e.errno)
+                        if lk.open and events & selectors.EVENT_READ:
+                            lk.read()
+                        if lk.open:
+                            self._want_write(link, lk)
+                        else:
+                            self._unwatch(link, lk)
+                    touched.append(link)
+                for link in dict.fromkeys(touched):
+                    self._report(link, callback)
+        finally:
+            self._running = False
+
+    def _report(self, link: int, callback: Callback) -> None:
+        lk = self._links.get(link)
+        if lk is None:
+            return
+        with lk.lock:
+            if not lk.news:
+                return
+            lk.news = False
+            acked = lk.acked
+            code, detail = "", None
+            if lk.failure is not None and not lk.failure_reported:
+                lk.failure_reported = True
+                code, detail = lk.failure
+        try:
+            callback(link, acked, code, detail)
+        except Exception:
+            import traceback
+
+            traceback.print_exc()
+
+    def stop(self) -> None:
+        """Make ``run`` return (from any thread)."""
+        self._stop = True
+        self._wake()
+
+    def close(self) -> None:
+        """Remove every link and release the selector; ``run`` must have returned."""
+        if self._running:
+            raise RuntimeError("Fanout.close while run is running; stop it first")
+        if self._closed:
+            return
+        for link in list(self._links):
+            self.remove(link)
+        self._sel.close()
+        self._wake_r.close()
+        self._wake_w.close()
+        self._closed = True
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+
+class Receiver:
+    """The node's end of one data-plane connection: hello, then runs of frames and commit notices."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._buf = bytearray()
+        self._eof = False
+
+    def _fill(self) -> None:
+        chunk = self._sock.recv(_RECV)
+        if not chunk:
+            self._eof = True
+        self._buf += chunk
+
+    def hello(self) -> str | None:
+        """The journal id the writer names, or None if it hung up first."""
+        while True:
+            if len(self._buf) >= _HELLO.size:
+                magic, version, jlen = _HELLO.unpack_from(self._buf)
+                if magic != b"QJMH" or version != _WIRE_VERSION:
+                    raise CorruptFrameError(f"bad data-plane hello {bytes(self._buf[:8])!r}", reason="wire")
+                if len(self._buf) >= _HELLO.size + jlen:
+                    jid = bytes(self._buf[_HELLO.size : _HELLO.size + jlen]).decode(errors="replace")
+                    del self._buf[: _HELLO.size + jlen]
+                    return jid
+            if self._eof:
+                return None
+            self._fill()
+
+    def next_run(self) -> tuple[list[bytes], list[tuple[int, int]]] | None:
+        """Every complete frame and commit notice received so far, waiting for at least one.
+
+        Returns ``(frames, commits)`` with ``commits`` as (epoch, txid) pairs, or None once the
+        writer has hung up. A malformed message raises CorruptFrameError, after the messages
+        before it have been returned.
+        """
+        while True:
+            frames: list[bytes] = []
+            commits: list[tuple[int, int]] = []
+            buf = self._buf
+            pos = 0
+            try:
+                while len(buf) - pos >= 4:
+                    magic = bytes(buf[pos : pos + 4])
+                    if magic == b"QJMF":
+                        if len(buf) - pos < _FRAME_HEADER:
+                            break
+                        h = decode_header(bytes(buf[pos : pos + _FRAME_HEADER]))
+                        if len(buf) - pos < h.frame_len:
+                            break
+                        frames.append(bytes(buf[pos : pos + h.frame_len]))
+                        pos += h.frame_len
+                    elif magic == b"QJMC":
+                        if len(buf) - pos < _COMMIT.size:
+                            break
+                        _, _, epoch, txid = _COMMIT.unpack_from(buf, pos)
+                        commits.append((epoch, txid))
+                        pos += _COMMIT.size
+                    else:
+                        raise CorruptFrameError(
+                            f"unexpected data-plane message magic {magic!r}", reason="magic", offset=0
+                        )
+            except CorruptFrameError:
+                del buf[:pos]
+                if frames or commits:
+                    return frames, commits
+                raise
+            del buf[:pos]
+            if frames or commits:
+                return frames, commits
+            if self._eof:
+                return None
+            self._fill()
+
+    def ack(self, txid: int) -> None:
+        """Tell the writer everything through ``txid`` is durable."""
+        if not 0 <= txid < 1 << 64:
+            raise OverflowError(f"txid {txid} out of range")
+        self._sock.sendall(_ACK.pack(b"QJMA", 0, txid))

@@ -1,0 +1,458 @@
+"""``qjm bench``: qjm against the disk's floor, native against pure, in one run on one disk.
+
+Three measurements, side by side, each in its own process and all under one base directory:
+
+- **floor**: three concurrent local appenders, one per node directory, doing exactly the node's
+  write pattern (the same frames, the same preallocated O_DIRECT segment files through
+  ``qjm._native.segment_io``, one fdatasync per batch) with no network and no protocol. A commit
+  of the floor is the second of the three appenders to finish (a quorum of three). Its failover is
+  the disk work a node does for fence + recover + first commit (promise, paxos record, finalize,
+  writer epoch, new preallocated segment, first append), three directories at once.
+- **qjm native**: a writer and three JournalNodes (``MiniJournalCluster`` subprocesses) on loopback.
+- **qjm pure**: the same with ``QJM_NO_EXTENSIONS=1`` in the writer and the nodes.
+
+Figures: sync-commit latency p50/p99 of a 1 KiB batch with one batch outstanding; pipelined
+throughput (records/s, payload MB/s) for 100-byte and 1 KiB records; failover time p50 (fence +
+recover + first commit: ``open_writer`` while another writer holds an open segment, then one
+synced record). Each figure is also given as a ratio to the floor.
+``python -m qjm.bench [--smoke] [--json] [--plot out.png]``; ``qjm bench`` calls ``run``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+RECORD_SIZES = (100, 1024)
+BATCH_BYTES = 64 * 1024  # the Writer's default batch_bytes
+LATENCY_RECORD = 1024
+
+# (latency rounds, seconds per throughput phase, failover repetitions)
+FULL = {"rounds": 3000, "seconds": 4.0, "failovers": 15}
+SMOKE = {"rounds": 30, "seconds": 0.3, "failovers": 2}
+PURE_SCALE = 0.5  # the pure run is slow: fewer latency rounds (throughput phases are timed anyway)
+
+
+def _pct(values: list[float], p: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(len(s) * p))] if s else float("nan")
+
+
+def _frame(records: list[bytes], first: int) -> bytes:
+    from qjm._native import framing
+
+    return framing.encode_frame(records, epoch=1, segment_txid=1, first_txid=first)
+
+
+def _segment_header() -> bytes:
+    from qjm._native import framing
+
+    return framing.encode_segment_header(1, 1)
+
+
+def _records_per_batch(size: int) -> int:
+    """How many records of ``size`` bytes the Writer puts in one batch (closed at BATCH_BYTES)."""
+    from qjm.protocol.frame import RECORD_PREFIX_SIZE
+
+    return -(-BATCH_BYTES // (size + RECORD_PREFIX_SIZE))
+
+
+# -- the floor ---------------------------------------------------------------------------------
+
+
+def _three(fn: Callable[[int], None]) -> None:
+    errs: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            fn(i)
+        except BaseException as e:
+            errs.append(e)
+
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(3)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    if errs:
+        raise errs[0]
+
+
+def floor_latency(base: str, rounds: int) -> list[float]:
+    """Commit latency of 1 KiB batches: per round, the second of three concurrent appenders."""
+    from qjm._native import segment_io
+
+    apps = [segment_io.Appender(os.path.join(base, f"lat{i}"), _segment_header()) for i in range(3)]
+    frame = _frame([os.urandom(LATENCY_RECORD)], 1)
+    lat = [[0.0] * rounds for _ in range(3)]
+    barrier = threading.Barrier(3)
+
+    def appender(i: int) -> None:
+        a = apps[i]
+        for k in range(rounds):
+            barrier.wait()
+            t = time.perf_counter()
+            a.append(frame)
+            a.sync()
+            lat[i][k] = time.perf_counter() - t
+
+    _three(appender)
+    for a in apps:
+        a.close()
+    return [sorted(lat[i][k] for i in range(3))[1] for k in range(rounds)]
+
+
+def floor_throughput(base: str, size: int, seconds: float) -> float:
+    """Records/s of the quorum: three appenders each writing full batches, one fdatasync per batch."""
+    from qjm._native import segment_io
+
+    per = _records_per_batch(size)
+    frame = _frame([os.urandom(size)] * per, 1)
+    counts = [0, 0, 0]
+    elapsed = [0.0, 0.0, 0.0]
+    barrier = threading.Barrier(3)
+
+    def appender(i: int) -> None:
+        a = segment_io.Appender(os.path.join(base, f"tput{size}-{i}"), _segment_header())
+        barrier.wait()
+        t0 = time.perf_counter()
+        n = 0
+        while time.perf_counter() - t0 < seconds:
+            a.append(frame)
+            a.sync()
+            n += per
+        elapsed[i] = time.perf_counter() - t0
+        counts[i] = n
+        a.close()
+
+    _three(appender)
+    rates = sorted(c / e for c, e in zip(counts, elapsed, strict=True))
+    return rates[1]
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    _fsync_dir(os.path.dirname(path))
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def floor_failover(base: str, reps: int) -> list[float]:
+    """The durable disk work of fence + recover + first commit on a node, three nodes at once."""
+    from qjm._native import segment_io
+
+    record = _frame([os.urandom(LATENCY_RECORD)], 1)
+    lat = [[0.0] * reps for _ in range(3)]
+    barrier = threading.Barrier(3)
+
+    def node(i: int) -> None:
+        d = os.path.join(base, f"fo{i}")
+        os.makedirs(os.path.join(d, "paxos"), exist_ok=True)
+        old = segment_io.Appender(os.path.join(d, "seg-0"), _segment_header())
+        old.append(record)
+        old.sync()
+        old.close()
+        for k in range(reps):
+            barrier.wait()
+            t = time.perf_counter()
+            _atomic_write(os.path.join(d, "last-promised-epoch"), b"%d\n" % k)  # new_epoch
+            _atomic_write(os.path.join(d, "paxos", "1"), b"1 1 1 %d %d\n" % (k, k))  # accept_recovery
+            seg = os.path.join(d, f"seg-{k}")
+            fd = os.open(seg, os.O_RDWR)  # finalize: cut the preallocation, fsync, rename
+            os.ftruncate(fd, len(record) + 64)
+            os.fsync(fd)
+            os.close(fd)
+            os.rename(seg, seg + ".done")
+            _fsync_dir(d)
+            os.unlink(os.path.join(d, "paxos", "1"))
+            _fsync_dir(os.path.join(d, "paxos"))
+            _atomic_write(os.path.join(d, "last-writer-epoch"), b"%d\n" % k)  # start_log_segment
+            new = segment_io.Appender(os.path.join(d, f"seg-{k + 1}"), _segment_header())
+            _fsync_dir(d)
+            new.append(record)  # first commit
+            new.sync()
+            lat[i][k] = time.perf_counter() - t
+            new.close()
+
+    _three(node)
+    return [sorted(lat[i][k] for i in range(3))[1] for k in range(reps)]
+
+
+def worker_floor(base: str, cfg: dict[str, float]) -> dict[str, Any]:
+    out: dict[str, Any] = {"latency": floor_latency(base, int(cfg["rounds"]))}
+    for size in RECORD_SIZES:
+        out[f"tput{size}"] = floor_throughput(base, size, cfg["seconds"])
+    out["failover"] = floor_failover(base, max(3, int(cfg["failovers"])))
+    return out
+
+
+# -- qjm -----------------------------------------------------------------------------------------
+
+
+def worker_qjm(base: str, cfg: dict[str, float]) -> dict[str, Any]:
+    """One writer (this process) and three JournalNode subprocesses that inherit this environment."""
+    import qjm
+    from qjm.testing.minicluster import MiniJournalCluster
+
+    out: dict[str, Any] = {}
+    with MiniJournalCluster(3, base) as c:
+        w = qjm.open_writer(c.uri, create=True)
+        rec = os.urandom(LATENCY_RECORD)
+        for _ in range(min(200, int(cfg["rounds"]))):  # warm-up
+            w.append(rec)
+            w.sync()
+        lat = []
+        for _ in range(int(cfg["rounds"])):
+            t = time.perf_counter()
+            w.append(rec)
+            w.sync()
+            lat.append(time.perf_counter() - t)
+        out["latency"] = lat
+        for size in RECORD_SIZES:
+            w.roll()
+            chunk = [os.urandom(size)] * 1000
+            t0 = time.perf_counter()
+            n = 0
+            while time.perf_counter() - t0 < cfg["seconds"]:
+                w.append_many(chunk)
+                n += len(chunk)
+            w.sync()
+            out[f"tput{size}"] = n / (time.perf_counter() - t0)
+        w.roll()  # recover a small open segment, not the throughput phases' hundreds of MB
+        fo = []
+        for _ in range(int(cfg["failovers"])):
+            for _ in range(10):
+                w.append(rec)
+            w.sync()  # the old writer holds an open segment with committed records
+            t = time.perf_counter()
+            w2 = qjm.open_writer(c.uri)
+            w2.append(rec)
+            w2.sync()
+            fo.append(time.perf_counter() - t)
+            w.abort()
+            w = w2
+        out["failover"] = fo
+        w.close()
+    return out
+
+
+# -- driver --------------------------------------------------------------------------------------
+
+
+def _run_worker(kind: str, base: str, smoke: bool, pure: bool) -> dict[str, Any]:
+    env = dict(os.environ)
+    env.pop("QJM_NO_EXTENSIONS", None)
+    if pure:
+        env["QJM_NO_EXTENSIONS"] = "1"
+    cmd = [sys.executable, "-m", "qjm.bench", "--worker", kind, "--base", base]
+    if smoke:
+        cmd.append("--smoke")
+    if pure:
+        cmd.append("--pure")
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"qjm bench: {kind} worker failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _machine(base: str) -> dict[str, Any]:
+    from qjm._native import capabilities
+
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+    except OSError:
+        pass
+    fs = "?"
+    try:
+        probe = ["findmnt", "-n", "-o", "FSTYPE,SOURCE", "-T", base]
+        fs = subprocess.run(probe, capture_output=True, text=True, check=False).stdout.strip() or fs
+    except OSError:
+        pass
+    commit = ""
+    try:
+        here = os.path.dirname(os.path.abspath(__file__))
+        commit = subprocess.run(
+            ["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+        ).stdout.strip()
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cpus": os.cpu_count(),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "filesystem": fs,
+        "directory": base,
+        "loadavg_before": os.getloadavg(),
+        "capabilities": capabilities(base),
+        "commit": commit,
+    }
+
+
+def _summarise(raw: dict[str, Any]) -> dict[str, Any]:
+    s: dict[str, Any] = {
+        "sync_p50_us": _pct(raw["latency"], 0.5) * 1e6,
+        "sync_p99_us": _pct(raw["latency"], 0.99) * 1e6,
+        "failover_p50_ms": _pct(raw["failover"], 0.5) * 1e3,
+    }
+    for size in RECORD_SIZES:
+        s[f"tput{size}_rps"] = raw[f"tput{size}"]
+        s[f"tput{size}_mbps"] = raw[f"tput{size}"] * size / 1e6
+    return s
+
+
+ROWS = [
+    ("sync commit p50, 1 KiB batch", "sync_p50_us", "µs", "lower"),
+    ("sync commit p99, 1 KiB batch", "sync_p99_us", "µs", "lower"),
+    ("throughput 100 B records", "tput100_rps", "rec/s", "higher"),
+    ("throughput 100 B records", "tput100_mbps", "MB/s", "higher"),
+    ("throughput 1 KiB records", "tput1024_rps", "rec/s", "higher"),
+    ("throughput 1 KiB records", "tput1024_mbps", "MB/s", "higher"),
+    ("failover p50 (fence+recover+commit)", "failover_p50_ms", "ms", "lower"),
+]
+
+
+def _fmt(v: float) -> str:
+    if v != v:
+        return "n/a"
+    if v >= 1e5:
+        return f"{v:,.0f}"
+    if v >= 100:
+        return f"{v:.0f}"
+    return f"{v:.2f}"
+
+
+def table(result: dict[str, Any]) -> str:
+    f, n, p = (result["summary"][k] for k in ("floor", "native", "pure"))
+    lines = [
+        "| metric | unit | floor | qjm native | native/floor | qjm pure | pure/floor | native vs pure |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for label, key, unit, better in ROWS:
+        ratio_np = (p[key] / n[key]) if better == "lower" else (n[key] / p[key])
+        lines.append(
+            f"| {label} | {unit} | {_fmt(f[key])} | {_fmt(n[key])} | {n[key] / f[key]:.2f}x | {_fmt(p[key])} "
+            f"| {p[key] / f[key]:.2f}x | {ratio_np:.1f}x better |"
+        )
+    m = result["machine"]
+    lines.append("")
+    lines.append(
+        f"machine: {m['cpu']}, {m['cpus']} CPUs, Linux {m['kernel']}, Python {m['python']}, "
+        f"{m['filesystem']} at {m['directory']}, load {m['loadavg_before'][0]:.1f} before / "
+        f"{m['loadavg_after'][0]:.1f} after; capabilities {m['capabilities']}; commit {m['commit'] or '?'}"
+    )
+    return "\n".join(lines)
+
+
+def plot_result(result: dict[str, Any], path: str) -> None:
+    """Latency CDF of the three runs and throughput bars (matplotlib: the ``bench`` extra)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for name in ("floor", "native", "pure"):
+        lat = sorted(x * 1e6 for x in result["raw"][name]["latency"])
+        ax1.plot(lat, [(i + 1) / len(lat) for i in range(len(lat))], label=name)
+    ax1.set_xscale("log")
+    ax1.set_xlabel("sync commit latency of a 1 KiB batch (µs)")
+    ax1.set_ylabel("fraction of commits")
+    ax1.legend()
+    ax1.grid(True, which="both", alpha=0.3)
+    width = 0.25
+    for j, name in enumerate(("floor", "native", "pure")):
+        vals = [result["summary"][name][f"tput{s}_rps"] for s in RECORD_SIZES]
+        ax2.bar([i + (j - 1) * width for i in range(len(RECORD_SIZES))], vals, width, label=name)
+    ax2.set_xticks(range(len(RECORD_SIZES)), [f"{s} B records" for s in RECORD_SIZES])
+    ax2.set_ylabel("records/s")
+    ax2.set_yscale("log")
+    ax2.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run(smoke: bool = False, json_out: bool = False, plot: str | None = None, peers: bool = False) -> dict[str, Any]:
+    """Measure floor, qjm native and qjm pure in one run on one disk; print the table (or JSON).
+
+    ``smoke`` runs tiny counts (seconds), for CI. ``peers`` (ZooKeeper/etcd/NATS on loopback) is
+    not implemented yet and is refused rather than silently skipped.
+    """
+    if peers:
+        raise NotImplementedError("qjm bench: peer comparisons (bench/peers/) are not implemented yet")
+    base = tempfile.mkdtemp(prefix="qjm-bench-")
+    try:
+        machine = _machine(base)
+        raw = {
+            "floor": _run_worker("floor", os.path.join(base, "floor"), smoke, pure=False),
+            "native": _run_worker("qjm", os.path.join(base, "native"), smoke, pure=False),
+            "pure": _run_worker("qjm", os.path.join(base, "pure"), smoke, pure=True),
+        }
+        machine["loadavg_after"] = os.getloadavg()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    result: dict[str, Any] = {
+        "smoke": smoke,
+        "machine": machine,
+        "summary": {k: _summarise(v) for k, v in raw.items()},
+        "raw": raw,
+    }
+    if plot:
+        plot_result(result, plot)
+    if json_out:
+        print(json.dumps({k: v for k, v in result.items() if k != "raw"}, indent=2))
+    else:
+        print(table(result))
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m qjm.bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--smoke", action="store_true", help="tiny counts, for CI")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--plot", metavar="PNG", help="latency CDF and throughput bars (needs matplotlib)")
+    p.add_argument("--worker", choices=["floor", "qjm"], help=argparse.SUPPRESS)
+    p.add_argument("--base", help=argparse.SUPPRESS)
+    p.add_argument("--pure", action="store_true", help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.worker:
+        cfg = dict(SMOKE if a.smoke else FULL)
+        if a.pure and not a.smoke:
+            cfg["rounds"] = int(cfg["rounds"] * PURE_SCALE)
+        os.makedirs(a.base, exist_ok=True)
+        res = worker_floor(a.base, cfg) if a.worker == "floor" else worker_qjm(a.base, cfg)
+        print(json.dumps(res))
+        return 0
+    run(smoke=a.smoke, json_out=a.json, plot=a.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,200 @@
+"""The writer's data link to one node on the shared fan-out engine (``qjm._native.fanout``).
+
+``FanoutLink`` has the interface of ``channel._DataLink`` (it subclasses it so the type checker
+holds it to that interface) but no threads of its own: every link of the process registers its
+socket with one ``Fanout`` engine whose loop runs in a single thread without the GIL. A batch is
+written from the sender's thread at once when the socket has room; the loop writes the rest,
+parses the node's cumulative acks and calls back here, and the link completes its futures, which
+feed each batch's ``QuorumCall`` (design §4). The engine bounds each link's in-flight window in
+frames and bytes; a batch past it, an ERROR from the node or a broken connection fail the link,
+and ``RemoteLogger`` marks the node out of sync until its next segment (style-anchors R16).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from types import ModuleType
+
+from qjm import errors
+from qjm._native import fanout
+from qjm.client.channel import _DataLink
+from qjm.errors import CorruptFrameError, NodeTooFarBehindError, NodeUnavailableError, OutOfSyncError
+from qjm.protocol import wire
+
+log = logging.getLogger("qjm.fanout")
+
+DEFAULT_WINDOW_COUNT = 4096
+DEFAULT_WINDOW_BYTES = 1 << 62  # RemoteLogger enforces queued_edits_limit_bytes itself
+
+
+class Engine:
+    """One ``Fanout`` and the thread running its loop, shared by the links registered with it."""
+
+    def __init__(self, backend: ModuleType | None = None) -> None:
+        self.fanout = (backend or fanout).Fanout()
+        self._links: dict[int, FanoutLink] = {}
+        self._thread = threading.Thread(target=self._run, name="qjm-fanout", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.fanout.run(self._dispatch)
+        except BaseException:  # the loop itself failing is a bug: fail every link loudly
+            log.exception("qjm fan-out loop died")
+            for link in list(self._links.values()):
+                link.fail(NodeUnavailableError(f"{link.name}: the fan-out loop died"))
+            raise
+
+    def _dispatch(self, link_id: int, acked: int, code: str, detail: object) -> None:
+        link = self._links.get(link_id)
+        if link is not None:
+            link._on_event(acked, code, detail)
+
+    def register(self, link: FanoutLink, sock: socket.socket, max_count: int, max_bytes: int) -> int:
+        link_id: int = self.fanout.add_link(sock, max_count=max_count, max_bytes=max_bytes)
+        self._links[link_id] = link
+        return link_id
+
+    def unregister(self, link_id: int) -> None:
+        if self._links.pop(link_id, None) is not None:
+            self.fanout.remove(link_id)
+
+    def close(self) -> None:
+        """Stop the loop and release the engine (links still registered are failed first)."""
+        for link in list(self._links.values()):
+            link.close()
+        self.fanout.stop()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+        self.fanout.close()
+
+
+_shared: Engine | None = None
+_shared_lock = threading.Lock()
+
+
+def _forget_shared_engine() -> None:
+    # A forked child has the parent's engine object but not its thread: start afresh on first use.
+    global _shared, _shared_lock
+    _shared = None
+    _shared_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_shared_engine)
+
+
+def shared_engine() -> Engine:
+    """The process's engine, started on first use (its thread is a daemon)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = Engine()
+        return _shared
+
+
+class FanoutLink(_DataLink):
+    """One node's data-plane connection, served by the shared fan-out engine."""
+
+    def __init__(
+        self,
+        name: str,
+        address: str,
+        journal_id: str,
+        connect_timeout: float,
+        on_ack: Callable[[], None],
+        on_fail: Callable[[_DataLink, BaseException], None],
+        *,
+        max_count: int = DEFAULT_WINDOW_COUNT,
+        max_bytes: int = DEFAULT_WINDOW_BYTES,
+        engine: Engine | None = None,
+    ) -> None:
+        # _DataLink.__init__ is not called: it would start the two threads this class replaces.
+        self.name = name
+        host, port = address.rsplit(":", 1)
+        self._sock = socket.create_connection((host, int(port)), timeout=connect_timeout)
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._pending: collections.deque[tuple[int, Future[int], int]] = collections.deque()
+        self._lock = threading.Lock()
+        self._on_ack = on_ack
+        self._on_fail = on_fail
+        self.queued_bytes = 0
+        self.failed: BaseException | None = None
+        self.closed = False
+        self._engine = engine or shared_engine()
+        try:
+            self._id = self._engine.register(self, self._sock, max_count, max_bytes)
+            self._engine.fanout.send(self._id, wire.encode_hello(journal_id))
+        except BaseException:
+            self._sock.close()
+            raise
+
+    def send(self, frame: bytes, last_txid: int, fut: Future[int], commit: bytes | None) -> None:
+        with self._lock:
+            if self.failed is not None:
+                fut.set_exception(self.failed)
+                return
+            self._pending.append((last_txid, fut, len(frame)))
+            self.queued_bytes += len(frame)
+            # A refusal (full window, broken socket) comes back through the engine's loop thread:
+            # the caller holds RemoteLogger's lock, which the on_fail handler takes.
+            self._engine.fanout.send(self._id, frame, last_txid, commit)
+
+    def last_pending(self) -> Future[int] | None:
+        with self._lock:
+            return self._pending[-1][1] if self._pending else None
+
+    def _on_event(self, acked: int, code: str, detail: object) -> None:
+        """From the engine's thread: ``acked`` is the node's cumulative ack; ``code`` a failure."""
+        if acked:
+            self._complete(acked)
+        if code:
+            self.fail(self._error(code, detail))
+
+    def _error(self, code: str, detail: object) -> BaseException:
+        if code == "reply" and isinstance(detail, bytes):
+            try:
+                msg, _ = wire.parse_reply(bytearray(detail))
+            except CorruptFrameError as e:
+                return e
+            if isinstance(msg, wire.NodeError):
+                return errors.from_code(msg.code, f"{self.name}: {msg.message}")
+            return CorruptFrameError(f"{self.name}: unparseable data-plane reply", reason="wire")
+        if code == "eof":
+            return NodeUnavailableError(f"{self.name}: data plane connection closed by the node")
+        if code == "oserror" and isinstance(detail, int):
+            return NodeUnavailableError(f"{self.name}: data plane connection failed: {os.strerror(detail)}")
+        if code == "window":
+            return NodeTooFarBehindError(f"{self.name}: too many batches unacknowledged; the in-flight window is full")
+        return NodeUnavailableError(f"{self.name}: data plane failed ({code})")
+
+    def fail(self, e: BaseException) -> None:
+        with self._lock:
+            if self.failed is not None:
+                return
+            self.failed = e
+            pending = list(self._pending)
+            self._pending.clear()
+            self.queued_bytes = 0
+        self.close()
+        for _, fut, _ in pending:
+            if not fut.done():
+                fut.set_exception(e)
+        self._on_fail(self, e)
+
+    def close(self) -> None:
+        """Leave the engine and close the socket; batches still pending fail."""
+        self.closed = True
+        if self.failed is None:
+            self.fail(OutOfSyncError(f"{self.name}: data link closed with batches pending"))
+            return
+        with self._lock:
+            link_id, self._id = self._id, -1
+        if link_id >= 0:
+            self._engine.unregister(link_id)
+            self._sock.close()

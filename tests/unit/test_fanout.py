@@ -1,0 +1,548 @@
+"""The data plane on both backends: the writer's fan-out engine, the node's receiver, and the
+FanoutLink that plugs the engine into RemoteLogger. Synchronisation is by queues and events
+(blocking gets with a timeout), never by sleeping.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import queue
+import socket
+import struct
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from qjm import errors
+from qjm._native import framing
+from qjm.client.fanout_link import Engine, FanoutLink
+from qjm.client.quorum import majority
+from qjm.errors import CorruptFrameError, FencedError, NodeTooFarBehindError, NodeUnavailableError, OutOfSyncError
+from qjm.protocol import wire
+
+NO_EXTENSIONS = os.environ.get("QJM_NO_EXTENSIONS", "") in ("1", "true", "yes")
+BACKENDS = ["py"] if NO_EXTENSIONS else ["py", "native"]
+WAIT = 10.0
+
+
+@pytest.fixture(params=BACKENDS)
+def fo(request: pytest.FixtureRequest) -> ModuleType:
+    """The fanout module under test; a native module that fails to import fails the test."""
+    return importlib.import_module("qjm._native.fanout_c" if request.param == "native" else "qjm._native.fanout_py")
+
+
+def frame(first: int, n: int = 1, size: int = 10) -> bytes:
+    return framing.encode_frame(
+        [bytes([t % 256]) * size for t in range(first, first + n)], epoch=1, segment_txid=1, first_txid=first
+    )
+
+
+def recv_exactly(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        assert chunk, f"peer closed after {len(buf)} of {n} bytes"
+        buf += chunk
+    return bytes(buf)
+
+
+@dataclass
+class Loop:
+    """A Fanout whose loop runs in a thread; every report lands in ``events``."""
+
+    fanout: Any
+    events: queue.Queue[tuple[int, int, str, object]]
+    thread: threading.Thread
+
+    def next(self) -> tuple[int, int, str, object]:
+        return self.events.get(timeout=WAIT)
+
+    def until(self, link: int, pred: Callable[[tuple[int, int, str, object]], bool]) -> tuple[int, int, str, object]:
+        while True:
+            ev = self.next()
+            if ev[0] == link and pred(ev):
+                return ev
+
+
+@pytest.fixture
+def loop(fo: ModuleType) -> Iterator[Loop]:
+    f = fo.Fanout()
+    events: queue.Queue[tuple[int, int, str, object]] = queue.Queue()
+    t = threading.Thread(target=f.run, args=(lambda *a: events.put(a),), daemon=True)
+    t.start()
+    yield Loop(f, events, t)
+    f.stop()
+    t.join(WAIT)
+    assert not t.is_alive()
+    f.close()
+    assert f.closed
+
+
+def acked_is(txid: int) -> Callable[[tuple[int, int, str, object]], bool]:
+    return lambda e: e[1] == txid
+
+
+def pair() -> tuple[socket.socket, socket.socket]:
+    return socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+
+
+# -- the engine --------------------------------------------------------------------------------
+
+
+def test_send_delivers_prefix_then_frame_in_order(loop: Loop) -> None:
+    f = loop.fanout
+    mine, node = pair()
+    link = f.add_link(mine)
+    sent = []
+    for t in range(1, 51):
+        commit = wire.encode_commit(1, t - 1) if t % 5 == 0 else None
+        fr = frame(t)
+        assert f.send(link, fr, t, commit) == 0
+        sent.append((commit or b"") + fr)
+    want = b"".join(sent)
+    assert recv_exactly(node, len(want)) == want
+    assert f.inflight(link) == (50, sum(len(frame(t)) for t in range(1, 51)))
+    node.close()
+    mine.close()
+
+
+def test_cumulative_acks_are_reported_and_shrink_the_window(loop: Loop) -> None:
+    f = loop.fanout
+    mine, node = pair()
+    link = f.add_link(mine)
+    for t in range(1, 11):
+        f.send(link, frame(t), t)
+    node.sendall(wire.encode_ack(3))
+    assert loop.until(link, lambda e: e[1] == 3) == (link, 3, "", None)
+    assert f.inflight(link)[0] == 7
+    node.sendall(wire.encode_ack(9)[:7])  # an ack split across reads
+    node.sendall(wire.encode_ack(9)[7:] + wire.encode_ack(10))
+    assert loop.until(link, lambda e: e[1] == 10)[2] == ""
+    assert f.inflight(link) == (0, 0)
+    assert f.acked(link) == 10
+    node.sendall(wire.encode_ack(4))  # an older ack never moves it back
+    node.sendall(wire.encode_ack(11))
+    assert loop.until(link, lambda e: e[1] >= 11)[1] == 11
+    node.close()
+    mine.close()
+
+
+def test_error_reply_fails_the_link_after_its_durable_txid(loop: Loop) -> None:
+    f = loop.fanout
+    mine, node = pair()
+    link = f.add_link(mine)
+    for t in range(1, 6):
+        f.send(link, frame(t), t)
+    err = wire.encode_error("FENCED", "epoch 1 is below 2", 2)
+    node.sendall(err)
+    ev = loop.until(link, lambda e: e[2] != "")
+    assert ev == (link, 2, "reply", err)
+    assert f.send(link, frame(6), 6) == -1
+    f.remove(link)
+    node.close()
+    mine.close()
+
+
+@pytest.mark.parametrize(
+    ("reply", "detail"),
+    [
+        (b"XXXXjunk", b"XXXX"),
+        (struct.pack("<4sHHIq", b"QJME", 1, 0, 70000, 0), struct.pack("<4sHHIq", b"QJME", 1, 0, 70000, 0)),
+    ],
+)
+def test_garbage_reply_fails_the_link(loop: Loop, reply: bytes, detail: bytes) -> None:
+    f = loop.fanout
+    mine, node = pair()
+    link = f.add_link(mine)
+    node.sendall(reply)
+    assert loop.until(link, lambda e: e[2] != "") == (link, 0, "reply", detail)
+    with pytest.raises(CorruptFrameError):
+        wire.parse_reply(bytearray(detail))  # what FanoutLink makes of it
+    node.close()
+    mine.close()
+
+
+def test_peer_hangup_is_eof(loop: Loop) -> None:
+    f = loop.fanout
+    mine, node = pair()
+    link = f.add_link(mine)
+    node.close()
+    assert loop.until(link, lambda e: e[2] != "") == (link, 0, "eof", None)
+    mine.close()
+
+
+@pytest.mark.parametrize(("max_count", "max_bytes", "refused_at"), [(3, 1 << 40, 4), (100, 3 * len(frame(1)) + 1, 4)])
+def test_window_full_refuses_and_fails_the_link(loop: Loop, max_count: int, max_bytes: int, refused_at: int) -> None:
+    f = loop.fanout
+    mine, node = pair()
+    link = f.add_link(mine, max_count=max_count, max_bytes=max_bytes)
+    for t in range(1, refused_at):
+        assert f.send(link, frame(t), t) == 0
+    assert f.send(link, frame(refused_at), refused_at) == 1
+    assert loop.until(link, lambda e: e[2] != "") == (link, 0, "window", None)
+    assert f.send(link, frame(refused_at + 1), refused_at + 1) == -1
+    node.close()
+    mine.close()
+
+
+def test_window_counts_only_unacked_frames(loop: Loop) -> None:
+    f = loop.fanout
+    mine, node = pair()
+    link = f.add_link(mine, max_count=2)
+    assert f.send(link, wire.encode_hello("j")) == 0  # not a frame: no window
+    for t in range(1, 21):
+        assert f.send(link, frame(t), t) == 0
+        node.sendall(wire.encode_ack(t))
+        loop.until(link, acked_is(t))
+    assert f.inflight(link) == (0, 0)
+    node.close()
+    mine.close()
+
+
+def test_big_frames_to_a_slow_reader_arrive_whole_and_in_order(loop: Loop) -> None:
+    """Megabytes queued past the socket buffer: the loop finishes the writes on EPOLLOUT."""
+    f = loop.fanout
+    mine, node = pair()
+    link = f.add_link(mine)
+    frames = [framing.encode_frame([os.urandom(300_000)], epoch=1, segment_txid=1, first_txid=t) for t in range(1, 21)]
+    for t, fr in enumerate(frames, 1):
+        assert f.send(link, fr, t) == 0
+    assert f.unsent(link) > 0  # the socket could not take 6 MB at once
+    want = b"".join(frames)
+    got = recv_exactly(node, len(want))
+    assert got == want
+    node.close()
+    mine.close()
+
+
+def test_remove_stops_reports_and_unknown_links_are_refused(loop: Loop) -> None:
+    f = loop.fanout
+    a_mine, a_node = pair()
+    b_mine, b_node = pair()
+    a = f.add_link(a_mine)
+    b = f.add_link(b_mine)
+    f.send(a, frame(1), 1)
+    f.remove(a)
+    a_mine.close()
+    ops: list[Callable[[], object]] = [
+        lambda: f.send(a, frame(2), 2),
+        lambda: f.acked(a),
+        lambda: f.remove(a),
+        lambda: f.inflight(12345),
+    ]
+    for op in ops:
+        with pytest.raises(ValueError):
+            op()
+    b_node.sendall(wire.encode_ack(7))
+    a_node.close()  # a removed link's peer hanging up is not reported
+    assert loop.next() == (b, 7, "", None)
+    assert loop.events.empty()
+    b_node.close()
+    b_mine.close()
+
+
+def test_quorum_txid_is_the_majority_acked_txid(loop: Loop) -> None:
+    f = loop.fanout
+    socks = [pair() for _ in range(5)]
+    links = [f.add_link(m) for m, _ in socks]
+    for link, (_, node), ack in zip(links, socks, [9, 4, 7, 0, 12], strict=True):
+        if ack:
+            node.sendall(wire.encode_ack(ack))
+            loop.until(link, acked_is(ack))
+    acks = [9, 4, 7, 0, 12]
+    for k in range(1, 6):
+        want = sorted(acks[:k], reverse=True)[majority(k) - 1]
+        assert f.quorum_txid(links[:k]) == want
+    assert f.quorum_txid([]) == 0
+    for m, n in socks:
+        m.close()
+        n.close()
+
+
+def test_run_twice_and_closed_engine(fo: ModuleType) -> None:
+    f = fo.Fanout()
+    started = threading.Event()
+
+    def first_report(*a: object) -> None:
+        started.set()
+
+    mine, node = pair()
+    link = f.add_link(mine)
+    t = threading.Thread(target=f.run, args=(first_report,), daemon=True)
+    t.start()
+    node.sendall(wire.encode_ack(1))
+    assert started.wait(WAIT)
+    with pytest.raises(RuntimeError):
+        f.run(lambda *a: None)
+    with pytest.raises(RuntimeError):
+        f.close()
+    f.stop()
+    t.join(WAIT)
+    f.close()
+    with pytest.raises(ValueError):
+        f.send(link, frame(1), 1)
+    with pytest.raises(ValueError):
+        f.add_link(mine)
+    mine.close()
+    node.close()
+
+
+def test_send_type_checks(fo: ModuleType) -> None:
+    f = fo.Fanout()
+    mine, node = pair()
+    link = f.add_link(mine)
+    for bad in (bytearray(b"x"), memoryview(b"x"), None, "x"):
+        with pytest.raises(TypeError):
+            f.send(link, bad, 1)
+    with pytest.raises(TypeError):
+        f.send(link, b"x", 1, bytearray(b"p"))
+    f.close()
+    mine.close()
+    node.close()
+
+
+# -- the receiver ------------------------------------------------------------------------------
+
+
+def test_receiver_hello_runs_and_acks(fo: ModuleType) -> None:
+    writer, mine = pair()
+    rx = fo.Receiver(mine)
+    frames = [frame(t, 3, 100) for t in (1, 4, 7)]
+    stream = wire.encode_hello("journal-1") + frames[0] + wire.encode_commit(2, 3) + frames[1] + frames[2]
+
+    def feed() -> None:
+        for i in range(0, len(stream), 7):  # every message split across reads
+            writer.sendall(stream[i : i + 7])
+        writer.shutdown(socket.SHUT_WR)
+
+    t = threading.Thread(target=feed)
+    t.start()
+    assert rx.hello() == "journal-1"
+    got_frames: list[bytes] = []
+    got_commits: list[tuple[int, int]] = []
+    while (run := rx.next_run()) is not None:
+        got_frames += run[0]
+        got_commits += run[1]
+        assert run[0] or run[1]
+    t.join(WAIT)
+    assert got_frames == frames
+    assert got_commits == [(2, 3)]
+    rx.ack(9)
+    assert recv_exactly(writer, 16) == wire.encode_ack(9)
+    writer.close()
+    mine.close()
+
+
+def test_receiver_bad_hello_and_early_hangup(fo: ModuleType) -> None:
+    writer, mine = pair()
+    writer.sendall(b"QJMX\x01\x00\x01\x00j")
+    with pytest.raises(CorruptFrameError) as ei:
+        fo.Receiver(mine).hello()
+    assert ei.value.reason == "wire"
+    writer.close()
+    mine.close()
+    writer, mine = pair()
+    writer.sendall(wire.encode_hello("abc")[:5])
+    writer.close()
+    assert fo.Receiver(mine).hello() is None
+    mine.close()
+
+
+def test_receiver_returns_good_messages_before_raising_on_bad_ones(fo: ModuleType) -> None:
+    writer, mine = pair()
+    rx = fo.Receiver(mine)
+    good = frame(1, 2)
+    corrupt = bytearray(frame(3))
+    corrupt[20] ^= 1  # the header checksum no longer matches
+    writer.sendall(wire.encode_hello("j") + good + bytes(corrupt))
+    assert rx.hello() == "j"
+    run = rx.next_run()
+    while run is not None and run[0] == [] and run[1] == []:
+        run = rx.next_run()
+    assert run == ([good], [])
+    with pytest.raises(CorruptFrameError) as ei:
+        rx.next_run()
+    assert ei.value.reason == "header_checksum"
+    writer.sendall(b"")
+    writer.close()
+    mine.close()
+
+
+def test_receiver_unknown_message_magic(fo: ModuleType) -> None:
+    writer, mine = pair()
+    rx = fo.Receiver(mine)
+    writer.sendall(wire.encode_hello("j") + b"WHAT" + bytes(60))
+    assert rx.hello() == "j"
+    with pytest.raises(CorruptFrameError) as ei:
+        rx.next_run()
+    assert ei.value.reason == "magic"
+    writer.close()
+    mine.close()
+
+
+def test_receiver_eof_mid_frame_ends_the_stream(fo: ModuleType) -> None:
+    writer, mine = pair()
+    rx = fo.Receiver(mine)
+    writer.sendall(wire.encode_hello("j") + frame(1, 5, 1000)[:-10])
+    writer.close()
+    assert rx.hello() == "j"
+    assert rx.next_run() is None
+    mine.close()
+
+
+# -- FanoutLink --------------------------------------------------------------------------------
+
+
+class FakeNode:
+    """A data-plane listener on loopback whose replies the test scripts."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self.server.getsockname()[1]}"
+        self.conn: socket.socket | None = None
+        self.accepted = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        self.conn, _ = self.server.accept()
+        self.accepted.set()
+
+    def sock(self) -> socket.socket:
+        assert self.accepted.wait(WAIT) and self.conn is not None
+        return self.conn
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+        self.server.close()
+
+
+@pytest.fixture
+def engine(fo: ModuleType) -> Iterator[Engine]:
+    e = Engine(fo)
+    yield e
+    e.close()
+
+
+def open_link(engine: Engine, node: FakeNode, **kw: int) -> tuple[FanoutLink, queue.Queue[BaseException]]:
+    failures: queue.Queue[BaseException] = queue.Queue()
+    link = FanoutLink(
+        "n1", node.address, "jid", WAIT, on_ack=lambda: None, on_fail=lambda lk, e: failures.put(e), engine=engine, **kw
+    )
+    return link, failures
+
+
+def test_link_completes_futures_on_cumulative_acks(engine: Engine) -> None:
+    node = FakeNode()
+    link, failures = open_link(engine, node)
+    sock = node.sock()
+    assert recv_exactly(sock, len(wire.encode_hello("jid"))) == wire.encode_hello("jid")
+    futs: list[Future[int]] = [Future() for _ in range(5)]
+    for t, fut in enumerate(futs, 1):
+        link.send(frame(t), t, fut, wire.encode_commit(1, t - 1) if t == 3 else None)
+    assert link.queued_bytes == sum(len(frame(t)) for t in range(1, 6))
+    assert link.last_pending() is futs[-1]
+    sock.sendall(wire.encode_ack(3))
+    assert [f.result(WAIT) for f in futs[:3]] == [3, 3, 3]
+    assert not futs[3].done()
+    sock.sendall(wire.encode_ack(5))
+    assert futs[4].result(WAIT) == 5
+    assert link.queued_bytes == 0 and link.last_pending() is None
+    link.close()
+    assert isinstance(failures.get(timeout=WAIT), OutOfSyncError)  # closed on purpose: reported, ignored upstream
+    assert link.closed
+    node.close()
+
+
+def test_link_node_error_becomes_its_typed_error(engine: Engine) -> None:
+    node = FakeNode()
+    link, failures = open_link(engine, node)
+    sock = node.sock()
+    futs: list[Future[int]] = [Future() for _ in range(3)]
+    for t, fut in enumerate(futs, 1):
+        link.send(frame(t), t, fut, None)
+    sock.sendall(wire.encode_error(FencedError.code, "fenced by epoch 9", 1))
+    assert futs[0].result(WAIT) == 1
+    for fut in futs[1:]:
+        assert isinstance(fut.exception(WAIT), FencedError)
+    e = failures.get(timeout=WAIT)
+    assert isinstance(e, FencedError) and link.failed is e
+    late: Future[int] = Future()
+    link.send(frame(4), 4, late, None)
+    assert late.exception(0) is e
+    node.close()
+
+
+def test_link_window_overflow_is_node_too_far_behind(engine: Engine) -> None:
+    node = FakeNode()
+    link, failures = open_link(engine, node, max_count=2)
+    futs: list[Future[int]] = [Future() for _ in range(3)]
+    for t, fut in enumerate(futs, 1):
+        link.send(frame(t), t, fut, None)
+    assert isinstance(failures.get(timeout=WAIT), NodeTooFarBehindError)
+    assert all(isinstance(f.exception(WAIT), NodeTooFarBehindError) for f in futs)
+    node.close()
+
+
+def test_link_node_hangup_is_unavailable(engine: Engine) -> None:
+    node = FakeNode()
+    link, failures = open_link(engine, node)
+    fut: Future[int] = Future()
+    link.send(frame(1), 1, fut, None)
+    node.sock().close()
+    assert isinstance(failures.get(timeout=WAIT), NodeUnavailableError)
+    assert isinstance(fut.exception(WAIT), NodeUnavailableError)
+    node.close()
+
+
+def test_link_connect_refused_is_oserror(engine: Engine) -> None:
+    s = socket.create_server(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    with pytest.raises(OSError):
+        FanoutLink("n", f"127.0.0.1:{port}", "j", WAIT, on_ack=lambda: None, on_fail=lambda lk, e: None, engine=engine)
+
+
+def test_error_codes_round_trip_through_the_link(engine: Engine) -> None:
+    """Every error type a node may send comes back as the same type."""
+    for cls in (
+        errors.FencedError,
+        errors.OutOfOrderError,
+        errors.OutOfSyncError,
+        errors.StorageError,
+        errors.CorruptFrameError,
+    ):
+        node = FakeNode()
+        _, failures = open_link(engine, node)
+        node.sock().sendall(wire.encode_error(cls.code, "x", 0))
+        assert type(failures.get(timeout=WAIT)) is cls
+        node.close()
+
+
+def test_writer_links_follow_the_backend_switch(tmp_path: Path) -> None:
+    """RemoteLogger opens a FanoutLink on the native backend and its threaded _DataLink on the pure one."""
+    import qjm
+    from qjm._native import backend_of
+    from qjm.client.channel import RemoteLogger, _DataLink
+    from qjm.testing.minicluster import MiniJournalCluster
+
+    with MiniJournalCluster(3, str(tmp_path), in_process=True) as c:
+        w = qjm.open_writer(c.uri, create=True)
+        for i in range(100):
+            w.append(b"r%d" % i)
+        assert w.sync() == 100
+        links = [lg._link for lg in w.qjm.loggers.loggers if isinstance(lg, RemoteLogger)]
+        assert len(links) == 3
+        want = FanoutLink if backend_of("fanout") == "native" else _DataLink
+        assert all(type(link) is want for link in links)
+        w.close()
+        r = qjm.open_reader(c.uri)
+        assert [t for t, _ in r] == list(range(1, 101))
+        r.qjm.close()
