@@ -147,6 +147,76 @@ def _bench(a: argparse.Namespace) -> int:
     return 0
 
 
+def _sim(a: argparse.Namespace) -> int:
+    """Replay one simulator seed (or run the double-failure sweep / the small-world search)."""
+    from qjm.testing.bugs import ProtocolBugs
+
+    if not a.verbose:
+        logging.getLogger("qjm").setLevel(logging.ERROR)  # torn tails are expected in a fault run
+    bugs = ProtocolBugs.parse(a.bugs)
+    if a.sweep:
+        from qjm.testing.exhaustive import double_failure_sweep
+
+        sw = double_failure_sweep(bugs=bugs)
+        print(f"double-failure sweep: {sw.runs} runs, calls per node {sw.calls_per_node}, {sw.acked_txids} txids "
+              f"acknowledged, {len(sw.violations)} violations, {sw.seconds:.1f}s")  # fmt: skip
+        for plan, r in sw.violations[:5]:
+            print(f"  faults {plan}: {r.violation}")
+        return 0 if sw.ok else 1
+    if a.explore:
+        from qjm.testing.exhaustive import explore, small_worlds
+
+        bad = 0
+        for w in small_worlds():
+            e = explore(w, bugs=bugs, time_limit=a.time_limit)
+            done = "complete" if e.complete else f"stopped after {a.time_limit:g}s"
+            print(f"{w.name}: {e.states} states, {e.runs} executions, {e.seconds:.1f}s, {done}, "
+                  f"{len(e.violations)} violations")  # fmt: skip
+            for _path, r in e.violations:
+                bad += 1
+                print(f"  {r.violation}")
+                if a.trace:
+                    print("\n".join("    " + t for t in r.trace))
+        return 1 if bad else 0
+    from qjm.testing.sim import run_seed
+
+    if a.seed is None:
+        print("qjm sim: give --seed N (or --sweep / --explore)", file=sys.stderr)
+        return 2
+    r = run_seed(a.seed, steps=a.steps, bugs=bugs, keep_trace=True)
+    if a.trace:
+        print("\n".join(r.trace))
+    verdict = "ok" if r.ok else f"VIOLATION: {r.violation}"
+    print(f"seed {a.seed}: {verdict}")
+    print("  " + ", ".join(f"{k} {v}" for k, v in sorted(r.stats.items()) if v))
+    return 0 if r.ok else 1
+
+
+def _faultsim(a: argparse.Namespace) -> int:
+    """Many simulator seeds over Spark (or a local process pool without pyspark)."""
+    from qjm.testing.faultsim import parse_range, run_faultsim
+
+    rep = run_faultsim(
+        parse_range(a.seeds), master=a.master, steps=a.steps, bugs=a.bugs, batch=a.batch,
+        use_spark=False if a.local else None,
+    )  # fmt: skip
+    print(rep.summary())
+    return 0 if not rep.failures else 1
+
+
+def _chaos(a: argparse.Namespace) -> int:
+    """Writer processes and JournalNodes killed and paused at random; verify every acknowledged txid."""
+    from qjm.testing.chaos import ChaosConfig, parse_duration, run_chaos
+
+    cfg = ChaosConfig(
+        duration=parse_duration(a.duration), writers=a.writers, nodes=a.nodes, seed=a.seed, proxy=not a.no_proxy,
+        base_dir=a.dir,
+    )  # fmt: skip
+    rep = run_chaos(cfg, out=sys.stderr)
+    print(rep.summary())
+    return 0 if rep.ok else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="qjm", description="qjm: a replicated, fenced write-ahead log")
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO")
@@ -200,6 +270,34 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.add_argument("--plot", default=None, metavar="PNG", help="latency CDF and throughput bars (matplotlib)")
     s.set_defaults(fn=_bench)
+
+    s = sub.add_parser("sim", help="deterministic fault simulation: replay a seed, sweep double failures, search")
+    s.add_argument("--seed", type=int, default=None, help="the seed to run")
+    s.add_argument("--trace", action="store_true", help="print every call, fault and check of the run")
+    s.add_argument("--steps", type=int, default=400, help="scheduler steps before the final recovery")
+    s.add_argument("--bugs", default="", help="test-only protocol bugs to switch on (comma separated)")
+    s.add_argument("--sweep", action="store_true", help="the double-failure sweep (Hadoop TestQJMWithFaults)")
+    s.add_argument("--explore", action="store_true", help="search every execution of the small worlds")
+    s.add_argument("--time-limit", type=float, default=120.0, help="seconds per world for --explore")
+    s.set_defaults(fn=_sim)
+
+    s = sub.add_parser("faultsim", help="run many simulator seeds on Spark (any master) or a local pool")
+    s.add_argument("--seeds", default="0:10000", help="lo:hi")
+    s.add_argument("--master", default="local[*]")
+    s.add_argument("--steps", type=int, default=400)
+    s.add_argument("--bugs", default="")
+    s.add_argument("--batch", type=int, default=None, help="seeds per Spark job (progress is printed per job)")
+    s.add_argument("--local", action="store_true", help="use a local process pool even if pyspark imports")
+    s.set_defaults(fn=_faultsim)
+
+    s = sub.add_parser("chaos", help="process-level chaos: writers and nodes SIGKILLed/SIGSTOPped, then verified")
+    s.add_argument("--duration", default="60s", help="e.g. 60s, 10m")
+    s.add_argument("--writers", type=int, default=3)
+    s.add_argument("--nodes", type=int, default=3)
+    s.add_argument("--seed", type=int, default=None)
+    s.add_argument("--dir", default=None, help="keep the cluster and logs here")
+    s.add_argument("--no-proxy", action="store_true", help="no TCP proxy in front of the nodes")
+    s.set_defaults(fn=_chaos)
     return p
 
 
