@@ -93,6 +93,14 @@ def pair() -> tuple[socket.socket, socket.socket]:
     return socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
 
 
+def hang_up(f: Any, link: int, *socks: socket.socket) -> None:
+    """End a test's link the documented way: remove it from the engine, then close the sockets
+    (closing a socket under a live link races the loop thread)."""
+    f.remove(link)
+    for s in socks:
+        s.close()
+
+
 # -- the engine --------------------------------------------------------------------------------
 
 
@@ -109,8 +117,7 @@ def test_send_delivers_prefix_then_frame_in_order(loop: Loop) -> None:
     want = b"".join(sent)
     assert recv_exactly(node, len(want)) == want
     assert f.inflight(link) == (50, sum(len(frame(t)) for t in range(1, 51)))
-    node.close()
-    mine.close()
+    hang_up(f, link, node, mine)
 
 
 def test_cumulative_acks_are_reported_and_shrink_the_window(loop: Loop) -> None:
@@ -130,8 +137,7 @@ def test_cumulative_acks_are_reported_and_shrink_the_window(loop: Loop) -> None:
     node.sendall(wire.encode_ack(4))  # an older ack never moves it back
     node.sendall(wire.encode_ack(11))
     assert loop.until(link, lambda e: e[1] >= 11)[1] == 11
-    node.close()
-    mine.close()
+    hang_up(f, link, node, mine)
 
 
 def test_error_reply_fails_the_link_after_its_durable_txid(loop: Loop) -> None:
@@ -145,9 +151,7 @@ def test_error_reply_fails_the_link_after_its_durable_txid(loop: Loop) -> None:
     ev = loop.until(link, lambda e: e[2] != "")
     assert ev == (link, 2, "reply", err)
     assert f.send(link, frame(6), 6) == -1
-    f.remove(link)
-    node.close()
-    mine.close()
+    hang_up(f, link, node, mine)
 
 
 @pytest.mark.parametrize(
@@ -165,8 +169,7 @@ def test_garbage_reply_fails_the_link(loop: Loop, reply: bytes, detail: bytes) -
     assert loop.until(link, lambda e: e[2] != "") == (link, 0, "reply", detail)
     with pytest.raises(CorruptFrameError):
         wire.parse_reply(bytearray(detail))  # what FanoutLink makes of it
-    node.close()
-    mine.close()
+    hang_up(f, link, node, mine)
 
 
 def test_peer_hangup_is_eof(loop: Loop) -> None:
@@ -175,7 +178,7 @@ def test_peer_hangup_is_eof(loop: Loop) -> None:
     link = f.add_link(mine)
     node.close()
     assert loop.until(link, lambda e: e[2] != "") == (link, 0, "eof", None)
-    mine.close()
+    hang_up(f, link, mine)
 
 
 @pytest.mark.parametrize(("max_count", "max_bytes", "refused_at"), [(3, 1 << 40, 4), (100, 3 * len(frame(1)) + 1, 4)])
@@ -188,8 +191,7 @@ def test_window_full_refuses_and_fails_the_link(loop: Loop, max_count: int, max_
     assert f.send(link, frame(refused_at), refused_at) == 1
     assert loop.until(link, lambda e: e[2] != "") == (link, 0, "window", None)
     assert f.send(link, frame(refused_at + 1), refused_at + 1) == -1
-    node.close()
-    mine.close()
+    hang_up(f, link, node, mine)
 
 
 def test_window_counts_only_unacked_frames(loop: Loop) -> None:
@@ -202,8 +204,7 @@ def test_window_counts_only_unacked_frames(loop: Loop) -> None:
         node.sendall(wire.encode_ack(t))
         loop.until(link, acked_is(t))
     assert f.inflight(link) == (0, 0)
-    node.close()
-    mine.close()
+    hang_up(f, link, node, mine)
 
 
 def test_big_frames_to_a_slow_reader_arrive_whole_and_in_order(loop: Loop) -> None:
@@ -218,8 +219,7 @@ def test_big_frames_to_a_slow_reader_arrive_whole_and_in_order(loop: Loop) -> No
     want = b"".join(frames)
     got = recv_exactly(node, len(want))
     assert got == want
-    node.close()
-    mine.close()
+    hang_up(f, link, node, mine)
 
 
 def test_remove_stops_reports_and_unknown_links_are_refused(loop: Loop) -> None:
@@ -244,8 +244,7 @@ def test_remove_stops_reports_and_unknown_links_are_refused(loop: Loop) -> None:
     a_node.close()  # a removed link's peer hanging up is not reported
     assert loop.next() == (b, 7, "", None)
     assert loop.events.empty()
-    b_node.close()
-    b_mine.close()
+    hang_up(f, b, b_node, b_mine)
 
 
 def test_quorum_txid_is_the_majority_acked_txid(loop: Loop) -> None:
@@ -261,9 +260,8 @@ def test_quorum_txid_is_the_majority_acked_txid(loop: Loop) -> None:
         want = sorted(acks[:k], reverse=True)[majority(k) - 1]
         assert f.quorum_txid(links[:k]) == want
     assert f.quorum_txid([]) == 0
-    for m, n in socks:
-        m.close()
-        n.close()
+    for link, (m, n) in zip(links, socks, strict=True):
+        hang_up(f, link, m, n)
 
 
 def test_run_twice_and_closed_engine(fo: ModuleType) -> None:
@@ -538,10 +536,11 @@ def test_writer_links_follow_the_backend_switch(tmp_path: Path) -> None:
         for i in range(100):
             w.append(b"r%d" % i)
         assert w.sync() == 100
-        links = [lg._link for lg in w.qjm.loggers.loggers if isinstance(lg, RemoteLogger)]
-        assert len(links) == 3
+        # sync returns once a majority acked: the third node's link may still be opening.
+        links = [lg._link for lg in w.qjm.loggers.loggers if isinstance(lg, RemoteLogger) and lg._link is not None]
+        assert len(links) >= 2
         want = FanoutLink if backend_of("fanout") == "native" else _DataLink
-        assert all(type(link) is want for link in links)
+        assert [type(link) for link in links] == [want] * len(links)
         w.close()
         r = qjm.open_reader(c.uri)
         assert [t for t, _ in r] == list(range(1, 101))

@@ -9,6 +9,7 @@ the simplest correct code (style-anchors R4).
 from __future__ import annotations
 
 import collections
+import errno
 import selectors
 import socket
 import struct
@@ -164,7 +165,18 @@ class Fanout:
             with self._lock:
                 if link in self._links:
                     events = selectors.EVENT_READ | (selectors.EVENT_WRITE if want else 0)
-                    self._sel.modify(lk.sock, events, link)
+                    try:
+                        self._sel.modify(lk.sock, events, link)
+                    except (OSError, ValueError, KeyError) as e:
+                        # The owner closed the socket under a live link: a link failure, not a
+                        # dead loop thread (epoll_ctl says EBADF/ENOENT, the selector KeyError).
+                        lk.fail("oserror", getattr(e, "errno", None) or errno.EBADF)
+                        try:
+                            self._sel.unregister(lk.sock)
+                        except (KeyError, ValueError):
+                            pass
+                        self._wake()  # the loop reports the failure
+                        return
                     lk.writing = want
 
     def add_link(self, sock: socket.socket, *, max_count: int = MAX_WINDOW_COUNT, max_bytes: int = 1 << 62) -> int:
