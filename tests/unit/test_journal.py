@@ -233,6 +233,21 @@ def test_fencing_rpc_and_frames(env: Env) -> None:
     assert j.get_journal_state().highest_written_txid == 3
 
 
+def test_a_refused_frame_reports_no_durable_txid_of_another_writer(env: Env) -> None:
+    """The durable txid of an error covers only the refused call's own frames. Found by the fault
+    search: a fenced writer counted the node's txids 1-3 -- written by its successor -- as its own
+    ack and reached a false quorum."""
+    j = env.journal()
+    writing(j, epoch=2, upto=3)  # the successor's txids 1-3
+    for stale in (frame(1, 3, epoch=1, seg=1, tag=b"old"), frame(4, 1, epoch=1, seg=1)):
+        with pytest.raises(FencedError) as info:
+            j.journal([stale])
+        assert not hasattr(info.value, "durable_txid")
+    with pytest.raises(OutOfOrderError) as oinfo:
+        j.journal([frame(2, 1, epoch=2, seg=1)])  # a duplicate: nothing of this call was written
+    assert not hasattr(oinfo.value, "durable_txid")
+
+
 def test_serial_must_increase_and_higher_epoch_is_adopted(env: Env) -> None:
     j = env.journal()
     j.new_epoch(NS, 1)

@@ -297,12 +297,13 @@ class Journal:
                     seg.next_txid = h.last_txid + 1
                     written += 1
             except BaseException as e:
-                # What was appended before the bad frame is still made durable and acknowledged.
-                durable = self._highest_written if seg is not None else 0
+                # What this call appended before the bad frame is still made durable and
+                # acknowledged. Only this call's frames: the node's own highest txid may hold
+                # another writer's bytes, and a fenced writer counting it as its ack could reach a
+                # false quorum (the fault search found exactly that).
                 if written and seg is not None and self._open is seg:
                     self._sync_or_abort(seg)
-                    durable = seg.next_txid - 1
-                e.durable_txid = durable  # type: ignore[attr-defined]
+                    e.durable_txid = seg.next_txid - 1  # type: ignore[attr-defined]
                 raise
             if seg is None:
                 raise OutOfSyncError(f"cannot write to journal {self.journal_id}: no segment is open on this node")
