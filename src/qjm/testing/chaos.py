@@ -98,7 +98,8 @@ class ChaosReport:
             f"  nodes: {c.get('node_kills', 0)} SIGKILLed, {c.get('node_pauses', 0)} SIGSTOPped; proxy: "
             f"{c.get('proxy_delays', 0)} delays, {c.get('proxy_drops', 0)} connection resets, "
             f"{c.get('partitions', 0)} partitions",
-            f"  txids: {c.get('acked', 0)} acknowledged, {c.get('verified', 0)} verified in the final log of "
+            f"  txids: {c.get('acked', 0)} acknowledged ({c.get('acked_claims', 0)} acks), {c.get('verified', 0)} acks "
+            f"verified in the final log of "
             f"{c.get('final_txids', 0)}; finalized segments compared: {c.get('segments_compared', 0)} "
             f"({c.get('segment_copies', 0)} copies)",
         ]
@@ -416,16 +417,16 @@ def verify(cluster: object, log_dir: str, rep: ChaosReport) -> None:
     c["takeovers"] = _events(log_dir, "O")
     c["writers_fenced"] = _events(log_dir, "F")
     c["writer_errors"] = _events(log_dir, "E")
-    acked: dict[int, tuple[bytes, int, str]] = {}
+    claims: dict[int, list[tuple[bytes, int, str]]] = {}  # txid → every (bytes, epoch, writer log) acked
     for txid, epoch, rec, who in _acked_lines(log_dir):
-        prev = acked.get(txid)
-        if prev is not None and prev[0] != rec:
+        claims.setdefault(txid, []).append((rec, epoch, who))
+    for txid, cl in sorted(claims.items()):
+        if len({rec for rec, _, _ in cl}) > 1:
             rep.problems.append(
-                f"txid {txid} acknowledged twice with different bytes: epoch {prev[1]} ({prev[2]}) and "
-                f"epoch {epoch} ({who})"
+                f"txid {txid} acknowledged with different bytes: " + ", ".join(f"epoch {e} ({who})" for _, e, who in cl)
             )
-        acked[txid] = (rec, epoch, who)
-    c["acked"] = len(acked)
+    c["acked"] = len(claims)
+    c["acked_claims"] = sum(len(cl) for cl in claims.values())
     w = open_writer(cluster.uri, config=_writer_config())
     w.close()
     r = open_reader(cluster.uri)
@@ -437,15 +438,15 @@ def verify(cluster: object, log_dir: str, rep: ChaosReport) -> None:
     if final and sorted(final) != list(range(1, len(final) + 1)):
         rep.problems.append(f"the final log is not contiguous from txid 1 ({len(final)} txids)")
     verified = 0
-    for txid in sorted(acked):
-        rec, epoch, who = acked[txid]
-        got = final.get(txid)
-        if got is None:
-            rep.problems.append(f"acknowledged txid {txid} (epoch {epoch}, {who}) is missing from the final log")
-        elif got != rec:
-            rep.problems.append(f"acknowledged txid {txid} (epoch {epoch}, {who}) has other bytes in the final log")
-        else:
-            verified += 1
+    for txid in sorted(claims):
+        for rec, epoch, who in claims[txid]:
+            got = final.get(txid)
+            if got is None:
+                rep.problems.append(f"acknowledged txid {txid} (epoch {epoch}, {who}) is missing from the final log")
+            elif got != rec:
+                rep.problems.append(f"acknowledged txid {txid} (epoch {epoch}, {who}) has other bytes in the final log")
+            else:
+                verified += 1
     c["verified"] = verified
     sums: dict[str, dict[int, str]] = {}
     for i in range(len(cluster.nodes)):

@@ -186,8 +186,9 @@ def run_faultsim(
         import multiprocessing as mp
 
         report.cores = processes or os.cpu_count() or 1
-        report.engine = f"a local multiprocessing pool of {report.cores} processes (pyspark is not importable)"
-        print(f"faultsim: pyspark is not importable; running on {report.engine}", file=out, flush=True)
+        why = "pyspark is not importable" if not _have_pyspark() else "Spark not requested"
+        report.engine = f"a local multiprocessing pool of {report.cores} processes"
+        print(f"faultsim: {why}; running on {report.engine}", file=out, flush=True)
         size = batch or max(report.cores * 250, len(seeds) // 20 or 1)
         chunk = max(1, min(200, size // (report.cores * slices_per_core) or 1))
         ctx = mp.get_context("spawn")
