@@ -70,6 +70,41 @@ def test_writer_continues_txids_after_failover(icluster: MiniJournalCluster) -> 
     b.close()
 
 
+def test_a_stale_data_address_is_asked_again(icluster: MiniJournalCluster) -> None:
+    """The data address learnt while fencing is reused for every link; refused there (a node
+    restarted on another data port), the writer asks the node again and carries on."""
+    from qjm.client.channel import RemoteLogger
+
+    w = qjm.open_writer(icluster.uri, create=True)
+    w.append(b"r1")
+    assert w.sync() == 1
+    loggers = [lg for lg in w.qjm.loggers.loggers if isinstance(lg, RemoteLogger)]
+    learnt = {lg.name: lg._data_address for lg in loggers}
+    assert all(learnt.values())
+    refused = _closed_port_address()
+    for lg in loggers:
+        lg._data_address = refused
+    assert w.roll() == 2  # new links for the new segment
+    for i in range(2, 21):
+        w.append(b"r%d" % i)
+    assert w.sync() == 20
+    assert {lg.name: lg._data_address for lg in loggers} == learnt
+    w.close()
+    r = qjm.open_reader(icluster.uri)
+    assert [d for _, d in r] == [b"r%d" % i for i in range(1, 21)]
+    r.qjm.close()
+
+
+def _closed_port_address() -> str:
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nobody listens there now: a connect is refused
+    return f"127.0.0.1:{port}"
+
+
 def test_cluster_up_serves_until_terminated(tmp_path) -> None:  # type: ignore[no-untyped-def]
     p = subprocess.Popen(
         [sys.executable, "-m", "qjm", "cluster", "up", "--dir", str(tmp_path / "c"), "--journal", "j"],

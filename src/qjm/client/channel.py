@@ -221,6 +221,7 @@ class RemoteLogger:
         self._closed = False
         self._reachable = False
         self._ping_failed_at = -1e9
+        self._data_address = ""  # learnt from get_journal_state: spares a round before each link
 
     def _rpc(self, method: Callable[..., T], request: object, timeout: float) -> T:
         """One unary call; a node that refused the connection gets one more chance once it is back.
@@ -324,12 +325,15 @@ class RemoteLogger:
 
     def get_journal_state(self) -> Future[JournalState]:
         t = self.config.timeouts.get_journal_state
-        return self._call(
-            "get_journal_state",
-            lambda: convert.state_from_pb(
+
+        def go() -> JournalState:
+            st = convert.state_from_pb(
                 self._rpc(self._stub.GetJournalState, pb.JournalIdRequest(journal_id=self.journal_id), t)
-            ),
-        )
+            )
+            self._data_address = st.data_address
+            return st
+
+        return self._call("get_journal_state", go)
 
     def new_epoch(self, ns: NamespaceInfo, epoch: int) -> Future[NewEpochResponse]:
         t = self.config.timeouts.new_epoch
@@ -495,9 +499,21 @@ class RemoteLogger:
     # -- data plane --------------------------------------------------------------------------
 
     def _open_link(self) -> _DataLink:
+        """Connect the data plane, at the address fencing learnt; asked afresh if that one fails
+        (a node restarted with another data port)."""
+        if self._data_address:
+            try:
+                return self._connect_link(self._data_address)
+            except NodeUnavailableError as e:
+                if not isinstance(e.__cause__, ConnectionRefusedError):
+                    raise  # unreachable: asking the node again would only wait twice
         st = self._rpc(
             self._stub.GetJournalState, pb.JournalIdRequest(journal_id=self.journal_id), self.config.timeouts.connect
         )
+        self._data_address = st.data_address
+        return self._connect_link(st.data_address)
+
+    def _connect_link(self, data_address: str) -> _DataLink:
         from qjm._native import backend_of
 
         try:
@@ -507,7 +523,7 @@ class RemoteLogger:
 
                 return FanoutLink(
                     self._name,
-                    st.data_address,
+                    data_address,
                     self.journal_id,
                     self.config.timeouts.connect,
                     on_ack=lambda: None,
@@ -517,14 +533,14 @@ class RemoteLogger:
                 )
             return _DataLink(
                 self._name,
-                st.data_address,
+                data_address,
                 self.journal_id,
                 self.config.timeouts.connect,
                 on_ack=lambda: None,
                 on_fail=self._link_failed,
             )
         except OSError as e:
-            raise NodeUnavailableError(f"{self._name}: cannot reach the data plane at {st.data_address}: {e}") from e
+            raise NodeUnavailableError(f"{self._name}: cannot reach the data plane at {data_address}: {e}") from e
 
     def _link_failed(self, link: _DataLink, e: BaseException) -> None:
         with self._seg_lock:

@@ -259,14 +259,20 @@ def open_writer(
     for attempt in range(1, cfg.epoch_attempts + 1):
         qjm = QuorumJournalManager(uri, config=cfg, hooks=hooks)
         try:
-            if not qjm.is_formatted():
+            try:
+                # No separate is_formatted round: fencing's first call (get_journal_state) says it,
+                # one control-plane round less on every failover.
+                last = qjm.recover_unfinalized_segments()
+            except QuorumError as e:
+                if not _nobody_formatted(qjm, e):
+                    raise
                 if not create:
                     raise NotFormattedError(
                         f"journal {qjm.journal_id} is not formatted on any node; "
                         f"run `qjm format {uri}` or pass create=True"
-                    )
+                    ) from None
                 qjm.format()
-            last = qjm.recover_unfinalized_segments()
+                last = qjm.recover_unfinalized_segments()
             return Writer(qjm, last)
         except QuorumError as e:
             qjm.close()
@@ -281,3 +287,10 @@ def open_writer(
             qjm.close()
             raise
     raise AssertionError("unreachable")
+
+
+def _nobody_formatted(qjm: QuorumJournalManager, e: QuorumError) -> bool:
+    """Fencing failed because a majority answered "not formatted" and none answered otherwise."""
+    if qjm.epoch or e.successes:
+        return False
+    return sum(isinstance(c, NotFormattedError) for c in e.causes.values()) >= qjm.loggers.majority
