@@ -4,7 +4,7 @@ PIP := $(PY) -m pip
 PYTEST := $(PY) -m pytest
 SRC := $(wildcard src/qjm tests bench examples setup.py)
 
-.PHONY: demo test install system-deps compile test-native test-py lint typecheck stubtest bench bench-smoke proto wheel clean
+.PHONY: demo test install system-deps compile test-native test-py lint typecheck stubtest bench bench-smoke bench-peers proto wheel clean
 
 demo: install
 	$(PY) -m qjm demo
@@ -43,7 +43,11 @@ bench:
 
 bench-smoke:
 	$(PYTEST) -q bench --benchmark-disable
-	$(PY) -m qjm bench --smoke
+	$(PY) -m qjm bench --smoke --peers
+
+# qjm against ZooKeeper, etcd and NATS JetStream (3 servers each on loopback; bench/peers/README.md).
+bench-peers: install
+	$(PY) -m qjm bench --peers
 
 proto:
 	cd src && $(PY) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. qjm/protocol/qjournal.proto

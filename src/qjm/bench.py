@@ -15,7 +15,12 @@ Figures: sync-commit latency p50/p99 of a 1 KiB batch with one batch outstanding
 throughput (records/s, payload MB/s) for 100-byte and 1 KiB records; failover time p50 (fence +
 recover + first commit: ``open_writer`` while another writer holds an open segment, then one
 synced record). Each figure is also given as a ratio to the floor.
-``python -m qjm.bench [--smoke] [--json] [--plot out.png]``; ``qjm bench`` calls ``run``.
+
+``--peers`` then measures ZooKeeper, etcd and NATS JetStream (three servers each on loopback,
+``qjm.bench_peers``, each peer in its own worker process) on the same two workloads and prints a
+second table: floor, qjm native and each peer, with qjm native's ratio to each and the issue's
+targets (latency <= 0.4x and throughput >= 50x the best durable peer, ahead of the non-durable ones).
+``python -m qjm.bench [--smoke] [--json] [--plot out.png] [--peers]``; ``qjm bench`` calls ``run``.
 """
 
 from __future__ import annotations
@@ -41,6 +46,9 @@ LATENCY_RECORD = 1024
 FULL = {"rounds": 3000, "seconds": 4.0, "failovers": 15}
 SMOKE = {"rounds": 30, "seconds": 0.3, "failovers": 2}
 PURE_SCALE = 0.5  # the pure run is slow: fewer latency rounds (throughput phases are timed anyway)
+PEER_TIMEOUT = {True: 240.0, False: 900.0}  # seconds for one peer worker (smoke, full): start + both workloads
+LATENCY_TARGET = 0.4  # qjm native sync p50 <= this x the best durable peer's
+THROUGHPUT_TARGET = 50.0  # qjm native 1 KiB records/s >= this x the best durable peer's
 
 
 def _pct(values: list[float], p: float) -> float:
@@ -279,6 +287,21 @@ def _run_worker(kind: str, base: str, smoke: bool, pure: bool) -> dict[str, Any]
     return result
 
 
+def _run_peer_worker(name: str, base: str, smoke: bool) -> dict[str, Any]:
+    """One peer (``qjm.bench_peers.measure``) in its own process: its servers die with it (PDEATHSIG)."""
+    cmd = [sys.executable, "-m", "qjm.bench", "--worker", "peer", "--peer", name, "--base", base]
+    if smoke:
+        cmd.append("--smoke")
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=PEER_TIMEOUT[smoke])
+    except subprocess.TimeoutExpired as e:
+        raise RuntimeError(f"qjm bench: peer {name} did not finish in {PEER_TIMEOUT[smoke]:.0f} s") from e
+    if proc.returncode != 0:
+        raise RuntimeError(f"qjm bench: peer {name} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
 def _machine(base: str) -> dict[str, Any]:
     from qjm._native import capabilities
 
@@ -370,6 +393,93 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+PEER_LABELS = {"zookeeper": "ZooKeeper", "etcd": "etcd", "nats": "NATS JetStream"}
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b else float("nan")
+
+
+def peer_targets(result: dict[str, Any]) -> dict[str, Any]:
+    """The issue's targets for qjm native against the peers: the best durable peer per figure, and the rest."""
+    n = result["summary"]["native"]
+    peers: dict[str, dict[str, Any]] = result["peers"]
+    durable = {k: v for k, v in peers.items() if v["durable"]}
+    out: dict[str, Any] = {}
+    if durable:
+        lat_best = min(durable, key=lambda k: durable[k]["sync_p50_us"])
+        tput_best = max(durable, key=lambda k: durable[k]["tput1024_rps"])
+        lat_ratio = _ratio(n["sync_p50_us"], durable[lat_best]["sync_p50_us"])
+        tput_ratio = _ratio(n["tput1024_rps"], durable[tput_best]["tput1024_rps"])
+        out["latency"] = {"peer": lat_best, "ratio": lat_ratio, "target": LATENCY_TARGET,
+                          "met": lat_ratio <= LATENCY_TARGET}  # fmt: skip
+        out["throughput"] = {"peer": tput_best, "ratio": tput_ratio, "target": THROUGHPUT_TARGET,
+                             "met": tput_ratio >= THROUGHPUT_TARGET}  # fmt: skip
+    out["non_durable"] = {
+        k: {
+            "latency_ratio": _ratio(n["sync_p50_us"], v["sync_p50_us"]),
+            "throughput_ratio": _ratio(n["tput1024_rps"], v["tput1024_rps"]),
+            "met": n["sync_p50_us"] < v["sync_p50_us"] and n["tput1024_rps"] > v["tput1024_rps"],
+        }
+        for k, v in peers.items()
+        if not v["durable"]
+    }
+    return out
+
+
+def peers_table(result: dict[str, Any]) -> str:
+    """Floor, qjm native and each peer on the two workloads, qjm native's ratio to each, and the targets."""
+    s = result["summary"]
+    n = s["native"]
+    lines = [
+        "| system | durable per commit | sync p50 µs | sync p99 µs | 1 KiB rec/s | 1 KiB MB/s | 100 B rec/s "
+        "| latency qjm/peer | throughput qjm/peer |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+
+    def row(label: str, durable: str, v: dict[str, Any], ratios: bool) -> None:
+        lat = f"{_ratio(n['sync_p50_us'], v['sync_p50_us']):.2f}x" if ratios else "—"
+        tput = f"{_ratio(n['tput1024_rps'], v['tput1024_rps']):.1f}x" if ratios else "—"
+        lines.append(
+            f"| {label} | {durable} | {_fmt(v['sync_p50_us'])} | {_fmt(v['sync_p99_us'])} "
+            f"| {_fmt(v['tput1024_rps'])} | {_fmt(v['tput1024_mbps'])} | {_fmt(v['tput100_rps'])} | {lat} | {tput} |"
+        )
+
+    row("disk floor (no network)", "yes (fdatasync)", s["floor"], False)
+    row("qjm native", "yes (fdatasync on a majority)", n, False)
+    for name, v in result["peers"].items():
+        durable = "yes (fsync on a majority)" if v["durable"] else "**no**: not durable per message (sync interval)"
+        row(f"{PEER_LABELS.get(name, name)} {v['version']}", durable, v, True)
+    t = result["peer_targets"]
+    lines.append("")
+    if "latency" in t:
+        lat, tput = t["latency"], t["throughput"]
+        p_lat, p_tput = result["peers"][lat["peer"]], result["peers"][tput["peer"]]
+        lines.append(
+            f"target latency: qjm native sync p50 <= {lat['target']}x the best durable peer "
+            f"({PEER_LABELS.get(lat['peer'], lat['peer'])}, {_fmt(p_lat['sync_p50_us'])} µs): "
+            f"{_fmt(n['sync_p50_us'])} µs = {lat['ratio']:.2f}x -> {'met' if lat['met'] else 'missed'}"
+        )
+        lines.append(
+            f"target throughput: qjm native 1 KiB rec/s >= {tput['target']:.0f}x the best durable peer "
+            f"({PEER_LABELS.get(tput['peer'], tput['peer'])}, {_fmt(p_tput['tput1024_rps'])} rec/s): "
+            f"{_fmt(n['tput1024_rps'])} rec/s = {tput['ratio']:.1f}x -> {'met' if tput['met'] else 'missed'}"
+        )
+    for name, v in t["non_durable"].items():
+        lines.append(
+            f"target ahead of non-durable {PEER_LABELS.get(name, name)}: latency {v['latency_ratio']:.2f}x, "
+            f"throughput {v['throughput_ratio']:.1f}x -> {'met' if v['met'] else 'missed'}"
+        )
+    m = result["machine"]
+    if "loadavg_before_peers" in m:
+        before, after = m["loadavg_before_peers"][0], m["loadavg_after"][0]
+        lines.append(f"load average {before:.1f} before the peers, {after:.1f} after")
+    lines.append("")
+    for name, v in result["peers"].items():
+        lines.append(f"- {PEER_LABELS.get(name, name)} {v['version']}: {v['how']}")
+    return "\n".join(lines)
+
+
 def plot_result(result: dict[str, Any], path: str) -> None:
     """Latency CDF of the three runs and throughput bars (matplotlib: the ``bench`` extra)."""
     import matplotlib
@@ -378,18 +488,22 @@ def plot_result(result: dict[str, Any], path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for name in ("floor", "native", "pure"):
-        lat = sorted(x * 1e6 for x in result["raw"][name]["latency"])
+    series = {name: (result["raw"][name]["latency"], result["summary"][name]) for name in ("floor", "native", "pure")}
+    for name, v in result.get("peers", {}).items():  # --peers: the peers beside qjm
+        series[PEER_LABELS.get(name, name)] = (result["raw"]["peers"][name]["latency"], v)
+    for name, (samples, _) in series.items():
+        lat = sorted(x * 1e6 for x in samples)
         ax1.plot(lat, [(i + 1) / len(lat) for i in range(len(lat))], label=name)
     ax1.set_xscale("log")
     ax1.set_xlabel("sync commit latency of a 1 KiB batch (µs)")
     ax1.set_ylabel("fraction of commits")
     ax1.legend()
     ax1.grid(True, which="both", alpha=0.3)
-    width = 0.25
-    for j, name in enumerate(("floor", "native", "pure")):
-        vals = [result["summary"][name][f"tput{s}_rps"] for s in RECORD_SIZES]
-        ax2.bar([i + (j - 1) * width for i in range(len(RECORD_SIZES))], vals, width, label=name)
+    width = 0.8 / len(series)
+    for j, (name, (_, summary)) in enumerate(series.items()):
+        vals = [summary[f"tput{s}_rps"] for s in RECORD_SIZES]
+        offset = (j - (len(series) - 1) / 2) * width
+        ax2.bar([i + offset for i in range(len(RECORD_SIZES))], vals, width, label=name)
     ax2.set_xticks(range(len(RECORD_SIZES)), [f"{s} B records" for s in RECORD_SIZES])
     ax2.set_ylabel("records/s")
     ax2.set_yscale("log")
@@ -402,19 +516,25 @@ def plot_result(result: dict[str, Any], path: str) -> None:
 def run(smoke: bool = False, json_out: bool = False, plot: str | None = None, peers: bool = False) -> dict[str, Any]:
     """Measure floor, qjm native and qjm pure in one run on one disk; print the table (or JSON).
 
-    ``smoke`` runs tiny counts (seconds), for CI. ``peers`` (ZooKeeper/etcd/NATS on loopback) is
-    not implemented yet and is refused rather than silently skipped.
+    ``smoke`` runs tiny counts (seconds), for CI. ``peers`` then measures ZooKeeper, etcd and NATS
+    JetStream (``qjm.bench_peers``) on the same disk and prints the second table (a failed or
+    missing peer fails the run rather than being skipped).
     """
-    if peers:
-        raise NotImplementedError("qjm bench: peer comparisons (bench/peers/) are not implemented yet")
     base = tempfile.mkdtemp(prefix="qjm-bench-")
+    peer_raw: dict[str, dict[str, Any]] = {}
     try:
         machine = _machine(base)
-        raw = {
+        raw: dict[str, Any] = {
             "floor": _run_worker("floor", os.path.join(base, "floor"), smoke, pure=False),
             "native": _run_worker("qjm", os.path.join(base, "native"), smoke, pure=False),
             "pure": _run_worker("qjm", os.path.join(base, "pure"), smoke, pure=True),
         }
+        if peers:
+            from qjm.bench_peers import PEERS
+
+            machine["loadavg_before_peers"] = os.getloadavg()
+            for name in PEERS:
+                peer_raw[name] = _run_peer_worker(name, os.path.join(base, f"peer-{name}"), smoke)
         machine["loadavg_after"] = os.getloadavg()
     finally:
         shutil.rmtree(base, ignore_errors=True)
@@ -424,12 +544,19 @@ def run(smoke: bool = False, json_out: bool = False, plot: str | None = None, pe
         "summary": {k: _summarise(v) for k, v in raw.items()},
         "raw": raw,
     }
+    if peers:
+        result["peers"] = {k: {m: x for m, x in v.items() if m != "latency"} for k, v in peer_raw.items()}
+        raw["peers"] = {k: {"latency": v["latency"]} for k, v in peer_raw.items()}
+        result["peer_targets"] = peer_targets(result)
     if plot:
         plot_result(result, plot)
     if json_out:
         print(json.dumps({k: v for k, v in result.items() if k != "raw"}, indent=2))
     else:
         print(table(result))
+        if peers:
+            print()
+            print(peers_table(result))
     return result
 
 
@@ -438,7 +565,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--smoke", action="store_true", help="tiny counts, for CI")
     p.add_argument("--json", action="store_true")
     p.add_argument("--plot", metavar="PNG", help="latency CDF and throughput bars (needs matplotlib)")
-    p.add_argument("--worker", choices=["floor", "qjm"], help=argparse.SUPPRESS)
+    p.add_argument("--peers", action="store_true", help="also ZooKeeper, etcd and NATS JetStream (bench/peers/)")
+    p.add_argument("--worker", choices=["floor", "qjm", "peer"], help=argparse.SUPPRESS)
+    p.add_argument("--peer", help=argparse.SUPPRESS)
     p.add_argument("--base", help=argparse.SUPPRESS)
     p.add_argument("--pure", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -447,10 +576,15 @@ def main(argv: list[str] | None = None) -> int:
         if a.pure and not a.smoke:
             cfg["rounds"] = int(cfg["rounds"] * PURE_SCALE)
         os.makedirs(a.base, exist_ok=True)
-        res = worker_floor(a.base, cfg) if a.worker == "floor" else worker_qjm(a.base, cfg)
+        if a.worker == "peer":
+            from qjm.bench_peers import measure
+
+            res = measure(a.peer, a.base, cfg)
+        else:
+            res = worker_floor(a.base, cfg) if a.worker == "floor" else worker_qjm(a.base, cfg)
         print(json.dumps(res))
         return 0
-    run(smoke=a.smoke, json_out=a.json, plot=a.plot)
+    run(smoke=a.smoke, json_out=a.json, plot=a.plot, peers=a.peers)
     return 0
 
 

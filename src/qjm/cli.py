@@ -143,7 +143,7 @@ def _demo(a: argparse.Namespace) -> int:
 def _bench(a: argparse.Namespace) -> int:
     from qjm.bench import run
 
-    run(smoke=a.smoke, json_out=a.json, plot=a.plot)
+    run(smoke=a.smoke, json_out=a.json, plot=a.plot, peers=a.peers)
     return 0
 
 
@@ -269,6 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--smoke", action="store_true")
     s.add_argument("--json", action="store_true")
     s.add_argument("--plot", default=None, metavar="PNG", help="latency CDF and throughput bars (matplotlib)")
+    s.add_argument("--peers", action="store_true", help="also ZooKeeper, etcd and NATS JetStream on loopback")
     s.set_defaults(fn=_bench)
 
     s = sub.add_parser("sim", help="deterministic fault simulation: replay a seed, sweep double failures, search")
