@@ -7,6 +7,7 @@ as threads of this process, faster to start, for tests that need neither kill no
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import selectors
@@ -44,13 +45,20 @@ def free_port(host: str = "127.0.0.1") -> int:
     rng = random.Random()
     for _ in range(200):
         port = rng.randrange(max(1024, lo - 20000), lo)
+        if port in _handed_out:
+            continue  # free now, but promised to a node of this process that is not running yet
         with socket.socket() as s:
             try:
                 s.bind((host, port))
             except OSError:
                 continue
-            return port
+        _handed_out.add(port)
+        return port
     raise OSError(f"no free port found below {lo}")
+
+
+_handed_out: set[int] = set()
+START_ATTEMPTS = 3  # a first start that fails (another process took a probed port) gets fresh ports
 
 
 class _Node:
@@ -91,7 +99,7 @@ class MiniJournalCluster:
             for i in range(num_nodes)
         ]
         for i in range(num_nodes):
-            self.start(i)
+            self._first_start(i)
 
     # -- addresses ---------------------------------------------------------------------------
 
@@ -117,6 +125,34 @@ class MiniJournalCluster:
         return os.path.join(self.nodes[i].data_dir, journal_id or self.journal_id, "current")
 
     # -- lifecycle ---------------------------------------------------------------------------
+
+    def _first_start(self, i: int) -> None:
+        """Start node ``i``; if it cannot bind its ports, try again on fresh ones (nobody knows the
+        URI yet). Other processes on this machine may take a port between the probe and the bind."""
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                self.start(i)
+                return
+            except (RuntimeError, OSError) as e:
+                n = self.nodes[i]
+                if attempt == START_ATTEMPTS or not self._bind_failed(n, e):
+                    raise
+                if n.proc is not None:
+                    n.proc.wait()
+                    if n.proc.stdout is not None:
+                        n.proc.stdout.close()
+                    n.proc = None
+                n.rpc_port, n.data_port = free_port(self.host), free_port(self.host)
+
+    def _bind_failed(self, n: _Node, e: BaseException) -> bool:
+        if self.in_process:
+            return "bind" in str(e).lower() or getattr(e, "errno", None) == errno.EADDRINUSE
+        try:
+            with open(os.path.join(self.base_dir, f"jn{n.index}.log"), "rb") as f:
+                tail = f.read()[-4000:]
+        except OSError:
+            return False
+        return b"Failed to bind" in tail or b"Address already in use" in tail
 
     def start(self, i: int) -> None:
         n = self.nodes[i]
