@@ -7,7 +7,15 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
+
+# gRPC (1.80 and later, grpc/grpc#43055) restarts its poller thread in a child forked with
+# pre-exec work (subprocess.Popen(preexec_fn=...), as PySpark starts its JVM); closing the
+# inherited fds before exec then kills the child now and then ("Java gateway process exited").
+# qjm never uses gRPC in a forked child, so its fork handlers are switched off, before gRPC is
+# first imported; set GRPC_ENABLE_FORK_SUPPORT yourself to choose otherwise.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 from qjm._version import __version__
 from qjm.errors import (
