@@ -105,6 +105,27 @@ def _closed_port_address() -> str:
     return f"127.0.0.1:{port}"
 
 
+def test_the_separate_prepare_round_recovers_the_same_end(icluster: MiniJournalCluster) -> None:
+    """new_epoch carries phase 1, so recovery normally skips prepare_recovery; the separate round
+    (kept for nodes that do not send phase 1) reaches the same decision on real nodes."""
+    from qjm.client.manager import QuorumJournalManager, prepared_from_new_epoch
+
+    w = qjm.open_writer(icluster.uri, create=True)
+    for i in range(1, 8):
+        w.append(b"r%d" % i)
+    assert w.sync() == 7
+    w.abort()  # leaves segment 1 in progress on every node
+    m = QuorumJournalManager(icluster.uri)
+    m.create_new_unique_epoch()
+    folded = prepared_from_new_epoch(m._new_epoch_replies, 1)
+    assert folded is not None and all(r.segment_state is not None for r in folded.values())
+    assert m.recover_unclosed_segment(1) == 7  # prepare_recovery asked again
+    m.close()
+    r = qjm.open_reader(icluster.uri)
+    assert [d for _, d in r] == [b"r%d" % i for i in range(1, 8)]
+    r.qjm.close()
+
+
 def test_cluster_up_serves_until_terminated(tmp_path) -> None:  # type: ignore[no-untyped-def]
     p = subprocess.Popen(
         [sys.executable, "-m", "qjm", "cluster", "up", "--dir", str(tmp_path / "c"), "--journal", "j"],

@@ -29,6 +29,7 @@ from qjm.protocol.frame import SEGMENT_HEADER_SIZE
 from qjm.protocol.messages import (
     NO_TXID,
     NamespaceInfo,
+    NewEpochResponse,
     PrepareRecoveryResponse,
     RemoteEditLog,
     RequestInfo,
@@ -625,6 +626,29 @@ def test_paxos_commit_point_and_roll_forward(env: Env, point: str) -> None:
     else:  # committed: rolled forward to the downloaded copy
         assert prep == PrepareRecoveryResponse(SegmentState(1, 5, True, 1), 2, 1, NO_TXID)
         assert records_of(b.read_segment_file(1)[0]) == [b"t%d" % t for t in range(1, 6)]
+
+
+def test_new_epoch_answers_phase_one_and_rolls_an_accepted_copy_forward(env: Env) -> None:
+    """new_epoch carries prepare_recovery's answer for the node's newest segment. A node that
+    crashed after persisting an accepted proposal but before renaming the downloaded copy, and
+    that had no copy of the segment before, must report it: otherwise its newest segment would
+    look older and the proposal would be missed (the 2.10.7 hazard)."""
+    src = env.journal("n0")
+    writing(src, epoch=1, upto=5)
+    b = env.journal("n1", hooks=CrashAt("after"))
+    empty = env.journal("n2")
+    for j in (src, b, empty):
+        j.new_epoch(NS, 2)
+    with pytest.raises(RuntimeError):
+        b.accept_recovery(Writer(2).req(), SegmentState(1, 5, True, 1), "n0")
+    b = env.restart(b, "n1")
+    target = SegmentState(1, 5, True, 1)
+    assert b.new_epoch(NS, 3) == NewEpochResponse(1, PrepareRecoveryResponse(target, 2, 0, NO_TXID))
+    assert src.new_epoch(NS, 3) == NewEpochResponse(1, PrepareRecoveryResponse(target, None, 1, NO_TXID))
+    assert empty.new_epoch(NS, 3) == NewEpochResponse(None, PrepareRecoveryResponse(None, None, 0, NO_TXID))
+    # the same answers as the separate prepare round gives
+    assert b.prepare_recovery(Writer(3).req(), 1) == PrepareRecoveryResponse(target, 2, 0, NO_TXID)
+    assert records_of(b.read_segment_file(1)[0]) == [b"t%d" % t for t in range(1, 6)]
 
 
 def test_accept_recovery_replaces_a_same_length_copy_from_an_older_writer(env: Env) -> None:

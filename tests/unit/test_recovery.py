@@ -316,3 +316,26 @@ def test_choose_matches_a_dumb_reimplementation(rs: dict[str, R]) -> None:
     best = max(names, key=lambda n: dumb_key(rs[n]))  # max keeps the first of equals
     expected = None if rs[best].segment_state is None else (best, rs[best])
     assert choose_recovery_source(rs) == expected
+
+
+def test_phase_one_from_new_epoch_replies() -> None:
+    """The prepare answers a quorum gave with its promise: a node whose newest segment is older
+    than the quorum's newest answers "nothing" with its own writer epoch and committed txid; a
+    reply without phase 1 (an older node) asks for the separate prepare round."""
+    from qjm.client.manager import prepared_from_new_epoch
+    from qjm.protocol.messages import NewEpochResponse
+
+    seg = SegmentState(101, 103, True, 3)
+    replies = {
+        "a": NewEpochResponse(101, PrepareRecoveryResponse(seg, 2, 3, 100)),
+        "b": NewEpochResponse(1, PrepareRecoveryResponse(SegmentState(1, 100, False, 1), None, 1, 90)),
+        "c": NewEpochResponse(None, PrepareRecoveryResponse(None, None, 0, NO_TXID)),
+    }
+    got = prepared_from_new_epoch(replies, 101)
+    assert got == {
+        "a": PrepareRecoveryResponse(seg, 2, 3, 100),
+        "b": PrepareRecoveryResponse(None, None, 1, 90),
+        "c": PrepareRecoveryResponse(None, None, 0, NO_TXID),
+    }
+    assert choose_recovery_source(got) == ("a", got["a"])
+    assert prepared_from_new_epoch({**replies, "d": NewEpochResponse(101)}, 101) is None

@@ -7,7 +7,7 @@ All waits go through ``QuorumCall``; all decisions that need thought live in the
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from qjm.client.channel import RemoteLogger
 from qjm.client.loggers import CallHooks, Logger, LoggerSet, WriterLife
@@ -15,7 +15,14 @@ from qjm.client.quorum import QuorumCall
 from qjm.client.recovery import check_no_committed_loss, choose_recovery_source
 from qjm.config import JournalURI, QJMConfig, parse_uri
 from qjm.errors import QJMError, QuorumError
-from qjm.protocol.messages import NO_TXID, EditLogManifest, JournalState, NamespaceInfo
+from qjm.protocol.messages import (
+    NO_TXID,
+    EditLogManifest,
+    JournalState,
+    NamespaceInfo,
+    NewEpochResponse,
+    PrepareRecoveryResponse,
+)
 
 log = logging.getLogger("qjm.manager")
 
@@ -107,19 +114,30 @@ class QuorumJournalManager:
         if self.active:
             raise QJMError("already the active writer")
         self.create_new_unique_epoch()
-        starts = [r.last_segment_txid for r in self._new_epoch_replies.values() if r.last_segment_txid is not None]
+        replies = self._new_epoch_replies
+        starts = [r.last_segment_txid for r in replies.values() if r.last_segment_txid is not None]
         last = 0
         if starts:
-            last = self.recover_unclosed_segment(max(starts))
+            segment = max(starts)
+            last = self.recover_unclosed_segment(segment, prepared_from_new_epoch(replies, segment))
         self.active = True
         return last
 
-    def recover_unclosed_segment(self, segment: int) -> int:
-        """Paxos over one segment (reference §3.5): prepare, choose, accept, finalize."""
-        prepared = self.loggers.call(lambda lg: lg.prepare_recovery(segment)).wait_for_write_quorum(
-            self.config.timeouts.prepare_recovery, f"prepare_recovery({segment})"
-        )
-        best = choose_recovery_source(prepared)
+    def recover_unclosed_segment(
+        self, segment: int, prepared: Mapping[str, PrepareRecoveryResponse] | None = None
+    ) -> int:
+        """Paxos over one segment (reference §3.5): prepare, choose, accept, finalize.
+
+        ``prepared``: phase-1 answers a quorum already gave with its promise (``new_epoch``); the
+        prepare round is then skipped. (Starting the next segment right behind the finalize would
+        save another round, but a node could then start segment N before a quorum finalized the
+        segment ending at N-1: design invariant 6.)
+        """
+        if prepared is None:
+            prepared = self.loggers.call(lambda lg: lg.prepare_recovery(segment)).wait_for_write_quorum(
+                self.config.timeouts.prepare_recovery, f"prepare_recovery({segment})"
+            )
+        best = self._choose_source(prepared)
         if best is None:
             # Nobody in this quorum has the segment: it never reached a quorum, and by invariant 2
             # a quorum holds a finalized segment ending right before it.
@@ -139,6 +157,12 @@ class QuorumJournalManager:
             self.config.timeouts.finalize_segment, f"finalize_log_segment({state.start_txid}, {state.end_txid})"
         )
         return state.end_txid
+
+    def _choose_source(
+        self, prepared: Mapping[str, PrepareRecoveryResponse]
+    ) -> tuple[str, PrepareRecoveryResponse] | None:
+        """The recovery source (a seam for the simulator's protocol-bug switches)."""
+        return choose_recovery_source(prepared)
 
     # -- segments ----------------------------------------------------------------------------
 
@@ -196,3 +220,26 @@ class QuorumJournalManager:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def prepared_from_new_epoch(
+    replies: Mapping[str, NewEpochResponse], segment: int
+) -> dict[str, PrepareRecoveryResponse] | None:
+    """The quorum's phase-1 answers for ``segment``, taken from its new_epoch replies.
+
+    A node whose newest segment is older than ``segment`` has neither that segment nor a proposal
+    for it (a proposal is accepted only with its segment, and new_epoch rolls half-renamed ones
+    forward first): its answer is "nothing" with its own writer epoch and committed txid. None if
+    a node did not send phase 1 (an older node): then a prepare round is needed.
+    """
+    out: dict[str, PrepareRecoveryResponse] = {}
+    for name, r in replies.items():
+        if r.recovery is None:
+            return None
+        if r.last_segment_txid == segment:
+            out[name] = r.recovery
+        else:
+            out[name] = PrepareRecoveryResponse(
+                None, None, r.recovery.last_writer_epoch, r.recovery.last_committed_txid
+            )
+    return out

@@ -62,13 +62,17 @@ def state_from_pb(p: pb.JournalStateResponse) -> JournalState:
 
 
 def new_epoch_to_pb(r: NewEpochResponse) -> pb.NewEpochResponse:
-    if r.last_segment_txid is None:
-        return pb.NewEpochResponse(has_segment=False)
-    return pb.NewEpochResponse(has_segment=True, last_segment_txid=r.last_segment_txid)
+    out = pb.NewEpochResponse(has_segment=r.last_segment_txid is not None, last_segment_txid=r.last_segment_txid or 0)
+    if r.recovery is not None:
+        out.recovery.CopyFrom(prepare_to_pb(r.recovery))
+    return out
 
 
 def new_epoch_from_pb(p: pb.NewEpochResponse) -> NewEpochResponse:
-    return NewEpochResponse(p.last_segment_txid if p.has_segment else None)
+    return NewEpochResponse(
+        p.last_segment_txid if p.has_segment else None,
+        prepare_from_pb(p.recovery) if p.HasField("recovery") else None,
+    )
 
 
 def prepare_to_pb(r: PrepareRecoveryResponse) -> pb.PrepareRecoveryResponse:

@@ -69,9 +69,12 @@ class JournalState:
 
 @dataclass(frozen=True, slots=True)
 class NewEpochResponse:
-    """Reply to new_epoch: the first txid of the node's newest segment, if it has any."""
+    """Reply to new_epoch: the first txid of the node's newest segment, if it has any, and the
+    Paxos phase-1 answer for that segment (``recovery``), so a new writer needs no separate
+    prepare round. ``recovery`` is None only from a node that predates it."""
 
     last_segment_txid: int | None
+    recovery: PrepareRecoveryResponse | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -93,12 +93,14 @@ class NewEpochRequest(_message.Message):
     def __init__(self, journal_id: _Optional[str] = ..., ns: _Optional[_Union[NamespaceInfoProto, _Mapping]] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class NewEpochResponse(_message.Message):
-    __slots__ = ("has_segment", "last_segment_txid")
+    __slots__ = ("has_segment", "last_segment_txid", "recovery")
     HAS_SEGMENT_FIELD_NUMBER: _ClassVar[int]
     LAST_SEGMENT_TXID_FIELD_NUMBER: _ClassVar[int]
+    RECOVERY_FIELD_NUMBER: _ClassVar[int]
     has_segment: bool
     last_segment_txid: int
-    def __init__(self, has_segment: _Optional[bool] = ..., last_segment_txid: _Optional[int] = ...) -> None: ...
+    recovery: PrepareRecoveryResponse
+    def __init__(self, has_segment: _Optional[bool] = ..., last_segment_txid: _Optional[int] = ..., recovery: _Optional[_Union[PrepareRecoveryResponse, _Mapping]] = ...) -> None: ...
 
 class StartLogSegmentRequest(_message.Message):
     __slots__ = ("req", "txid")

@@ -223,8 +223,14 @@ class Journal:
                 raise EpochError(f"proposed epoch {epoch} <= last promise {self._promised}")
             self._set_promised(epoch)
             self._abort_open()
+            self._roll_forward_accepted()
             newest = self._newest_segment_with_txns()
-            return NewEpochResponse(newest.start if newest else None)
+            if newest is None:
+                return NewEpochResponse(None, PrepareRecoveryResponse(None, None, self._writer_epoch, self._committed))
+            # Paxos phase 1 for the newest segment comes with the promise: the new epoch is promised
+            # now, which is all prepare_recovery checks, and a node whose newest segment is older
+            # than the newest a quorum reports holds neither that segment nor a proposal for it.
+            return NewEpochResponse(newest.start, self._prepare(newest.start))
 
     def heartbeat(self, req: RequestInfo) -> None:
         with self._lock:
@@ -393,18 +399,21 @@ class Journal:
         with self._lock:
             self._check_request(req)
             self._abort_open()
-            paxos = self.storage.read_paxos(segment)
-            if paxos is not None and self.storage.has_temp_segment(segment, paxos.accepted_in_epoch):
-                # crashed between the paxos commit point and the rename: roll forward (reference §2.4)
-                self.storage.promote_temp_segment(segment, paxos.accepted_in_epoch)
-            state = self._segment_state(segment)
-            if paxos is not None and (state is None or state.in_progress):
-                if state is None or state.end_txid != paxos.segment_state.end_txid:
-                    raise InvariantViolation(
-                        f"segment {segment} on disk is {state} but the accepted recovery says {paxos.segment_state}"
-                    )
-                return PrepareRecoveryResponse(state, paxos.accepted_in_epoch, self._writer_epoch, self._committed)
-            return PrepareRecoveryResponse(state, None, self._writer_epoch, self._committed)
+            return self._prepare(segment)
+
+    def _prepare(self, segment: int) -> PrepareRecoveryResponse:
+        paxos = self.storage.read_paxos(segment)
+        if paxos is not None and self.storage.has_temp_segment(segment, paxos.accepted_in_epoch):
+            # crashed between the paxos commit point and the rename: roll forward (reference §2.4)
+            self.storage.promote_temp_segment(segment, paxos.accepted_in_epoch)
+        state = self._segment_state(segment)
+        if paxos is not None and (state is None or state.in_progress):
+            if state is None or state.end_txid != paxos.segment_state.end_txid:
+                raise InvariantViolation(
+                    f"segment {segment} on disk is {state} but the accepted recovery says {paxos.segment_state}"
+                )
+            return PrepareRecoveryResponse(state, paxos.accepted_in_epoch, self._writer_epoch, self._committed)
+        return PrepareRecoveryResponse(state, None, self._writer_epoch, self._committed)
 
     def accept_recovery(self, req: RequestInfo, state: SegmentState, source: str) -> None:
         """Paxos phase 2: make the chosen copy ours, then persist the decision (the commit point)."""
@@ -571,6 +580,14 @@ class Journal:
             self.storage.move_aside(seg, ".empty")  # design §2.10.5: an empty segment never existed
             return None
         return SegmentState(start, res.last_txid, True, res.last_epoch)
+
+    def _roll_forward_accepted(self) -> None:
+        """Promote every downloaded copy whose acceptance was persisted (the paxos commit point)
+        but not yet renamed into place, so that new_epoch reports the segment it belongs to."""
+        for segment in self.storage.list_paxos():
+            paxos = self.storage.read_paxos(segment)
+            if paxos is not None and self.storage.has_temp_segment(segment, paxos.accepted_in_epoch):
+                self.storage.promote_temp_segment(segment, paxos.accepted_in_epoch)
 
     def _newest_segment_with_txns(self) -> SegmentFile | None:
         """Newest segment, moving aside newest in-progress files that hold no txid (reference §1.4)."""

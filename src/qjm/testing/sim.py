@@ -47,7 +47,7 @@ from qjm._native import framing
 from qjm.client.loggers import CallHooks, Logger, LoggerSet, WriterLife
 from qjm.client.manager import QuorumJournalManager
 from qjm.client.quorum import QuorumCall
-from qjm.client.recovery import check_no_committed_loss, choose_recovery_source
+from qjm.client.recovery import choose_recovery_source
 from qjm.config import QJMConfig
 from qjm.errors import (
     CorruptFrameError,
@@ -593,9 +593,8 @@ class SimLoggerSet(LoggerSet):
 class SimManager(QuorumJournalManager):
     """The real ``QuorumJournalManager`` over simulated loggers.
 
-    With client-side ``ProtocolBugs`` only, ``recover_unclosed_segment`` is a copy of the real one
-    that passes the bugs to ``choose_recovery_source`` (the manager has no hook for them); with
-    ``bugs=None`` the inherited method runs unchanged.
+    Client-side ``ProtocolBugs`` reach ``choose_recovery_source`` through the manager's
+    ``_choose_source`` seam; everything else is the inherited code.
     """
 
     def __init__(self, sim: Simulation, writer: int, loggers: Sequence[SimLogger], bugs: ProtocolBugs | None) -> None:
@@ -603,27 +602,10 @@ class SimManager(QuorumJournalManager):
         self.loggers = SimLoggerSet(loggers, sim, writer)
         self._bugs = bugs if bugs is not None and bugs.client_side else None
 
-    def recover_unclosed_segment(self, segment: int) -> int:
-        if self._bugs is None:
-            return super().recover_unclosed_segment(segment)
-        prepared = self.loggers.call(lambda lg: lg.prepare_recovery(segment)).wait_for_write_quorum(
-            self.config.timeouts.prepare_recovery, f"prepare_recovery({segment})"
-        )
-        best = choose_recovery_source(prepared, bugs=self._bugs)
-        if best is None:
-            return segment - 1
-        source, reply = best
-        state = reply.segment_state
-        assert state is not None
-        check_no_committed_loss(state, prepared)
-        url = self.loggers.by_name(source).source_url
-        self.loggers.call(lambda lg: lg.accept_recovery(state, url)).wait_for_write_quorum(
-            self.config.timeouts.accept_recovery, f"accept_recovery({state})"
-        )
-        self.loggers.call(lambda lg: lg.finalize_log_segment(state.start_txid, state.end_txid)).wait_for_write_quorum(
-            self.config.timeouts.finalize_segment, f"finalize_log_segment({state.start_txid}, {state.end_txid})"
-        )
-        return state.end_txid
+    def _choose_source(
+        self, prepared: Mapping[str, PrepareRecoveryResponse]
+    ) -> tuple[str, PrepareRecoveryResponse] | None:
+        return choose_recovery_source(prepared, bugs=self._bugs)
 
 
 # -- nodes ------------------------------------------------------------------------------------
@@ -753,7 +735,8 @@ def _short(v: object) -> str:
     if isinstance(v, JournalState):
         return f"state(promised={v.last_promised_epoch}, writer={v.last_writer_epoch})"
     if isinstance(v, NewEpochResponse):
-        return f"epoch_ok(last_segment={v.last_segment_txid})"
+        rec = f", {_short(v.recovery)}" if v.recovery is not None and v.last_segment_txid is not None else ""
+        return f"epoch_ok(last_segment={v.last_segment_txid}{rec})"
     return repr(v)
 
 
