@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import importlib
-import os
 import struct
 
 import pytest
 
 from qjm.protocol import frame as pf
-
-NO_EXTENSIONS = os.environ.get("QJM_NO_EXTENSIONS", "") in ("1", "true", "yes")
 
 
 def struct_offsets(fmt: struct.Struct, names: list[str]) -> dict[str, int]:
@@ -47,7 +44,7 @@ def test_python_mirror_is_self_consistent() -> None:
     assert pf.SEGMENT_MAGIC.to_bytes(4, "little") == b"QJMS"
 
 
-@pytest.mark.skipif(NO_EXTENSIONS, reason="pure build (QJM_NO_EXTENSIONS=1): no compiled header to compare")
+@pytest.mark.native
 def test_native_layout_matches_python_mirror() -> None:
     native = importlib.import_module("qjm._native.framing_c")  # an import failure fails the test
     got = native.layout()

@@ -20,16 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from qjm.client.quorum import majority
 from qjm.errors import CorruptFrameError
 from qjm.protocol import wire
-
-if os.environ.get("QJM_NO_EXTENSIONS", "") in ("1", "true", "yes"):
-    pytest.skip("parity needs the native modules (QJM_NO_EXTENSIONS=1)", allow_module_level=True)
 
 framing = importlib.import_module("qjm._native.framing_py")
 sio_c = importlib.import_module("qjm._native.segment_io_c")  # an import failure is an error, not a skip

@@ -7,24 +7,18 @@ Every property runs both modules on the same input and compares what they return
 from __future__ import annotations
 
 import importlib
-import os
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import pytest
+import numpy as np
 import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from qjm.errors import CorruptFrameError
 from qjm.protocol.frame import FRAME_HEADER
-
-if os.environ.get("QJM_NO_EXTENSIONS", "") in ("1", "true", "yes"):
-    pytest.skip("parity needs the native module (QJM_NO_EXTENSIONS=1)", allow_module_level=True)
-
-import numpy as np
 
 py = importlib.import_module("qjm._native.framing_py")
 c = importlib.import_module("qjm._native.framing_c")  # an import failure is an error, not a skip

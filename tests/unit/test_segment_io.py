@@ -191,7 +191,7 @@ def test_empty_header_still_preallocates(sio: ModuleType, tmp_path: Path) -> Non
 # -- native paths -----------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(NO_EXTENSIONS, reason="pure build (QJM_NO_EXTENSIONS=1): no compiled module")
+@pytest.mark.native
 @pytest.mark.parametrize(("direct", "io_uring"), [(True, True), (True, False), (False, True), (False, False)])
 def test_native_paths_write_the_same_bytes(tmp_path: Path, direct: bool, io_uring: bool) -> None:
     c = native()
@@ -212,7 +212,7 @@ def test_native_paths_write_the_same_bytes(tmp_path: Path, direct: bool, io_urin
     assert files[0] == files[1]
 
 
-@pytest.mark.skipif(NO_EXTENSIONS, reason="pure build (QJM_NO_EXTENSIONS=1): no compiled module")
+@pytest.mark.native
 def test_native_uses_io_uring_where_the_kernel_allows(tmp_path: Path) -> None:
     c = native()
     assert c.io_uring_available() == (c.URING_BUILT and _kernel_allows_io_uring())
@@ -229,7 +229,7 @@ def _kernel_allows_io_uring() -> bool:
         return True
 
 
-@pytest.mark.skipif(NO_EXTENSIONS, reason="pure build (QJM_NO_EXTENSIONS=1): no compiled module")
+@pytest.mark.native
 def test_native_falls_back_to_pwrite_when_io_uring_is_refused_at_run_time(tmp_path: Path) -> None:
     """QJM_NO_URING=1 makes the run-time probe fail as a seccomp'd kernel would: pwrite path, same file."""
     code = (

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,10 +9,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-NO_EXTENSIONS = os.environ.get("QJM_NO_EXTENSIONS", "") in ("1", "true", "yes")
 
 
-@pytest.mark.skipif(NO_EXTENSIONS, reason="pure build (QJM_NO_EXTENSIONS=1): no compiled module")
+@pytest.mark.native
 @pytest.mark.parametrize("module", ["qjm._native.framing_c", "qjm._native.segment_io_c", "qjm._native.fanout_c"])
 def test_stubtest(module: str) -> None:
     proc = subprocess.run(

@@ -1,0 +1,27 @@
+"""Suite-wide collection rules: on a pure run (``QJM_NO_EXTENSIONS=1``) the tests that compare
+against compiled modules are left out (deselected, never reported as skipped or passed)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+NO_EXTENSIONS = os.environ.get("QJM_NO_EXTENSIONS", "") in ("1", "true", "yes")
+NATIVE_ONLY_MODULES = {"test_parity.py", "test_native_parity.py"}  # import the compiled modules
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    if NO_EXTENSIONS and collection_path.name in NATIVE_ONLY_MODULES:
+        return True
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not NO_EXTENSIONS:
+        return
+    drop = [it for it in items if it.get_closest_marker("native") is not None]
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = [it for it in items if it.get_closest_marker("native") is None]
