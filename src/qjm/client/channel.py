@@ -173,11 +173,15 @@ class _DataLink:
         self._on_fail(self, e)
 
     def close(self) -> None:
-        """Stop both threads; batches still pending fail (the node may or may not have them)."""
+        """Batches still pending fail (the node may or may not have them); then release the link."""
         self.closed = True
         if self.failed is None:
             self.fail(OutOfSyncError(f"{self.name}: data link closed with batches pending"))
-            return
+            return  # fail() closes again, with ``failed`` set
+        self._release()
+
+    def _release(self) -> None:
+        """Stop both threads and close the socket."""
         self._q.put(None)
         try:
             self._sock.shutdown(socket.SHUT_RDWR)

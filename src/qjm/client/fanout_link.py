@@ -24,7 +24,7 @@ from types import ModuleType
 from qjm import errors
 from qjm._native import fanout
 from qjm.client.channel import _DataLink
-from qjm.errors import CorruptFrameError, NodeTooFarBehindError, NodeUnavailableError, OutOfSyncError
+from qjm.errors import CorruptFrameError, NodeTooFarBehindError, NodeUnavailableError
 from qjm.protocol import wire
 
 log = logging.getLogger("qjm.fanout")
@@ -173,26 +173,8 @@ class FanoutLink(_DataLink):
             return NodeTooFarBehindError(f"{self.name}: too many batches unacknowledged; the in-flight window is full")
         return NodeUnavailableError(f"{self.name}: data plane failed ({code})")
 
-    def fail(self, e: BaseException) -> None:
-        with self._lock:
-            if self.failed is not None:
-                return
-            self.failed = e
-            pending = list(self._pending)
-            self._pending.clear()
-            self.queued_bytes = 0
-        self.close()
-        for _, fut, _ in pending:
-            if not fut.done():
-                fut.set_exception(e)
-        self._on_fail(self, e)
-
-    def close(self) -> None:
-        """Leave the engine and close the socket; batches still pending fail."""
-        self.closed = True
-        if self.failed is None:
-            self.fail(OutOfSyncError(f"{self.name}: data link closed with batches pending"))
-            return
+    def _release(self) -> None:
+        """Leave the engine and close the socket (``close`` has failed what was pending)."""
         with self._lock:
             link_id, self._id = self._id, -1
         if link_id >= 0:
