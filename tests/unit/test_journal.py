@@ -387,10 +387,8 @@ def test_finalize_checks(env: Env) -> None:
 
 def test_finalize_of_a_closed_in_progress_segment_checks_the_disk(env: Env) -> None:
     j = env.journal()
-    writing(j, epoch=1, upto=6)
-    j = env.restart(j)
-    w = Writer(2)
-    j.new_epoch(NS, 2)
+    w = writing(j, epoch=1, upto=6)
+    j = env.restart(j)  # the open segment is closed: finalize checks the file on disk
     with pytest.raises(OutOfSyncError):
         j.finalize_log_segment(w.req(), 1, 7)
     j.finalize_log_segment(w.req(), 1, 6)
@@ -555,6 +553,7 @@ def test_prepare_and_accept_recovery(env: Env) -> None:
     for j in (a, b, c):
         assert j.prepare_recovery(w3.req(), 1) == PrepareRecoveryResponse(target, 2, 1, NO_TXID)
     for j in (a, b, c):
+        j.accept_recovery(w3.req(), target, "n0")  # epoch 3 proposes the accepted value again
         j.finalize_log_segment(w3.req(), 1, 5)
     # once finalized, the paxos record is gone and the finalized state is reported
     for j in (a, b, c):
@@ -567,6 +566,7 @@ def test_prepare_and_accept_recovery(env: Env) -> None:
 def test_accept_recovery_on_finalized_segment_with_other_end(env: Env) -> None:
     _, b, _ = three_nodes(env)
     w = Writer(2)
+    b.accept_recovery(w.req(), SegmentState(1, 3, True, 1), "n1")  # its own copy
     b.finalize_log_segment(w.req(), 1, 3)
     with pytest.raises(InvariantViolation):
         b.accept_recovery(w.req(), SegmentState(1, 5, True, 1), "n0")
@@ -651,6 +651,23 @@ def test_new_epoch_answers_phase_one_and_rolls_an_accepted_copy_forward(env: Env
     assert records_of(b.read_segment_file(1)[0]) == [b"t%d" % t for t in range(1, 6)]
 
 
+def test_finalize_refuses_a_copy_the_epoch_neither_wrote_nor_accepted(env: Env) -> None:
+    """A node that missed accept_recovery may hold a same-length copy from another writer: the
+    recovering writer's finalize must not make it a second history (found by the fault search)."""
+    j = env.journal()
+    writing(j, epoch=1, upto=1)  # txid 1 from writer epoch 1, never committed
+    j.new_epoch(NS, 3)
+    w3 = Writer(3)
+    with pytest.raises(OutOfSyncError, match="not accepted in epoch 3"):
+        j.finalize_log_segment(w3.req(), 1, 1)
+    assert j.read_segment_file(1)[1] == SegmentState(1, 1, True, 1)  # still in progress, untouched
+    src = env.journal("n1")
+    writing(src, epoch=2, upto=1)  # the chosen copy: epoch 2's txid 1
+    j.accept_recovery(w3.req(), SegmentState(1, 1, True, 2), "n1")
+    j.finalize_log_segment(w3.req(), 1, 1)
+    assert j.read_segment_file(1)[1] == SegmentState(1, 1, False, 2)
+
+
 def test_accept_recovery_replaces_a_same_length_copy_from_an_older_writer(env: Env) -> None:
     # Epoch 1 wrote txid 1 to n0 only; epoch 2 (n0 unreachable) wrote a different txid 1 to n1 and n2.
     n0, n1 = env.journal("n0"), env.journal("n1")
@@ -694,7 +711,9 @@ def test_torn_tail_is_cut_on_open_and_kept_aside(tmp_path: Path) -> None:
         assert j2.get_journal_state().highest_written_txid == 6
         assert j2.get_edit_log_manifest(1, in_progress_ok=True).logs == (RemoteEditLog(1, 6, True),)
         j2.new_epoch(NS, 2)
-        j2.finalize_log_segment(Writer(2).req(), 1, 6)
+        w2 = Writer(2)
+        j2.accept_recovery(w2.req(), SegmentState(1, 6, True, 1), "n0")  # its own copy: nothing to fetch
+        j2.finalize_log_segment(w2.req(), 1, 6)
         assert records_of(j2.read_segment_file(1)[0]) == [b"t%d" % t for t in range(1, 7)]
     finally:
         st2.close()

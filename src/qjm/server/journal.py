@@ -340,9 +340,9 @@ class Journal:
     def finalize_log_segment(self, req: RequestInfo, start: int, end: int) -> None:
         with self._lock:
             self._check_request(req)
-            self._finalize(start, end)
+            self._finalize(start, end, req.epoch)
 
-    def _finalize(self, start: int, end: int) -> None:
+    def _finalize(self, start: int, end: int, epoch: int) -> None:
         if end < start:
             raise SegmentStateError(f"cannot finalize segment {start} at {end}: a finalized segment holds a txid")
         if self._open is not None and self._open.start == start:
@@ -366,6 +366,16 @@ class Journal:
         if res is None or res.last_txid != end:
             last = res.last_txid if res is not None else start - 1
             raise OutOfSyncError(f"cannot finalize segment {start} at {end}: the log on disk ends at {last}")
+        # Only a copy this epoch wrote, or one it made ours through accept_recovery: a node that
+        # missed the accept may hold a same-length copy from another writer (found by the fault
+        # search: finalizing it gave two different finalized segments of one name).
+        paxos = self.storage.read_paxos(start)
+        accepted = paxos is not None and paxos.accepted_in_epoch == epoch and paxos.segment_state.end_txid == end
+        if not accepted and res.last_epoch != epoch:
+            raise OutOfSyncError(
+                f"cannot finalize segment {start} at {end} in epoch {epoch}: this copy holds epoch "
+                f"{res.last_epoch}'s frames and was not accepted in epoch {epoch}"
+            )
         self.storage.finalize_segment(start, end, res.valid_end)
         self.storage.delete_paxos(start)
         self._highest_written = max(self._highest_written, end)
