@@ -10,6 +10,9 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from qjm._native import framing
@@ -18,6 +21,17 @@ from qjm.client.manager import QuorumJournalManager
 from qjm.config import QJMConfig
 from qjm.errors import CorruptFrameError
 from qjm.protocol.frame import SEGMENT_HEADER_SIZE
+
+
+def eventually(condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+    """Wait until ``condition()`` holds, failing after ``timeout``: for outcomes a quorum wait does
+    not cover (a minority node's reply lands after the majority returned)."""
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()
+    while not condition():
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{what} did not hold within {timeout} s")
+        pause.wait(0.002)
 
 
 def txn_data(txid: int) -> bytes:
