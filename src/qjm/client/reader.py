@@ -15,10 +15,9 @@ from dataclasses import dataclass
 
 from qjm._native import framing
 from qjm.client.manager import QuorumJournalManager
-from qjm.client.quorum import majority
+from qjm.client.segment_stream import committed_in_progress, downloaded_frames
 from qjm.config import QJMConfig
 from qjm.errors import CorruptFrameError, NotFoundError, QJMError, QuorumError
-from qjm.protocol.frame import FRAME_HEADER_SIZE, SEGMENT_HEADER_SIZE
 from qjm.protocol.messages import JournaledEdits
 
 log = logging.getLogger("qjm.reader")
@@ -125,26 +124,8 @@ class Reader:
 
     def _stream_segment(self, copy: SegmentCopy) -> Iterator[Record]:
         """Parse frames as chunks arrive, so a reader gets records before a large download ends."""
-        buf = bytearray()
-        header_done = False
-        pos = 0
-        for chunk in self.qjm.loggers.by_name(copy.node).read_segment(copy.start):
-            buf += chunk
-            if not header_done:
-                if len(buf) < SEGMENT_HEADER_SIZE:
-                    continue
-                framing.decode_segment_header(buf)
-                pos = SEGMENT_HEADER_SIZE
-                header_done = True
-            while len(buf) - pos >= FRAME_HEADER_SIZE:
-                h = framing.decode_header(buf, pos)
-                if len(buf) - pos < h.frame_len:
-                    break
-                yield from self._records_of(buf, pos, h.first_txid, copy.end)
-                pos += h.frame_len
-            if pos > (1 << 22):
-                del buf[:pos]
-                pos = 0
+        for buf, pos, h in downloaded_frames(self.qjm.loggers.by_name(copy.node).read_segment(copy.start)):
+            yield from self._records_of(buf, pos, h.first_txid, copy.end)
         if self.next_txid <= copy.end:
             raise CorruptFrameError(
                 f"{copy.node}: segment {copy.start} ended at txid {self.next_txid - 1}, not {copy.end}"
@@ -166,34 +147,9 @@ class Reader:
 
     def _read_in_progress(self) -> Iterator[Record]:
         since = self.next_txid
-        call = self.qjm.loggers.call(lambda lg: lg.get_journaled_edits(since, self.max_txns))
-        try:
-            call.wait_for(
-                self.qjm.loggers.size,
-                0,
-                self.qjm.loggers.size - self.qjm.loggers.majority,
-                self.qjm.config.timeouts.select_input_streams,
-                "get_journaled_edits",
-            )
-        except QuorumError:
-            pass
-        replies = {n: r for n, r in call.successes.items() if r.txn_count > 0}
-        if not replies:
-            return
-        # Only the newest writer's frames count (an older writer may still be writing to a
-        # partitioned node); nodes answering for another epoch count as holding nothing.
-        epochs = {n: framing.decode_header(r.frames).epoch for n, r in replies.items()}
-        newest = max(epochs.values())
-        counts = sorted(
-            (r.txn_count if epochs.get(n) == newest else 0 for n, r in replies.items()),
-            reverse=True,
-        )
-        counts += [0] * (self.qjm.loggers.size - len(counts))
-        durable = counts[majority(self.qjm.loggers.size) - 1]
-        if durable <= 0:
-            return
-        source = max((n for n in replies if epochs[n] == newest), key=lambda n: replies[n].txn_count)
-        yield from self._records_from_edits(replies[source], since + durable - 1)
+        durable, edits = committed_in_progress(self.qjm, since, self.max_txns)
+        if edits is not None:
+            yield from self._records_from_edits(edits, since + durable - 1)
 
     def _records_from_edits(self, edits: JournaledEdits, limit: int) -> Iterator[Record]:
         buf = edits.frames

@@ -18,11 +18,9 @@ from dataclasses import dataclass
 
 from qjm._native import framing
 from qjm.client.manager import QuorumJournalManager
-from qjm.client.quorum import majority
+from qjm.client.segment_stream import committed_in_progress, downloaded_frames
 from qjm.config import QJMConfig
 from qjm.errors import CorruptFrameError, NotFoundError, QJMError, QuorumError
-from qjm.protocol.frame import FRAME_HEADER_SIZE, SEGMENT_HEADER_SIZE
-from qjm.protocol.messages import JournaledEdits
 
 log = logging.getLogger("qjm.spark")
 
@@ -107,7 +105,7 @@ class JournalClient:
             return cap
         while cap is None or end < cap:
             want = EDITS_PER_CALL if cap is None else min(EDITS_PER_CALL, cap - end)
-            durable, _ = self._in_progress_edits(end + 1, want)
+            durable, _ = committed_in_progress(self.qjm, end + 1, want)
             end += max(durable, 0)
             if durable < want:  # caught up with what a majority holds
                 break
@@ -184,74 +182,24 @@ class JournalClient:
         self, node: str, segment: int, start: int, stop: int, singletons: bool = False
     ) -> Iterator[Chunk]:
         """Frames of one replica's segment, parsed as the download arrives; ends the download at ``stop``."""
-        download = self.qjm.loggers.by_name(node).read_segment(segment)
-        buf = bytearray()
-        pos = 0
-        header_done = False
         nxt = start
-        try:
-            for data in download:
-                buf += data
-                if not header_done:
-                    if len(buf) < SEGMENT_HEADER_SIZE:
-                        continue
-                    framing.decode_segment_header(buf)
-                    pos = SEGMENT_HEADER_SIZE
-                    header_done = True
-                while len(buf) - pos >= FRAME_HEADER_SIZE:
-                    h = framing.decode_header(buf, pos)
-                    if len(buf) - pos < h.frame_len:
-                        break
-                    if h.last_txid >= nxt:
-                        if singletons and h.record_count != 1:
-                            if h.first_txid > nxt:
-                                raise CorruptFrameError(f"txid gap: expected {nxt}, frame starts at {h.first_txid}")
-                            nxt = min(stop, h.last_txid) + 1
-                        else:
-                            chunk = _clip(buf, pos, h.first_txid, h.segment_txid, h.epoch, nxt, stop)
-                            nxt = chunk.last + 1
-                            yield chunk
-                        if nxt > stop:
-                            return
-                    pos += h.frame_len
-                if pos > (1 << 22):
-                    del buf[:pos]
-                    pos = 0
-        finally:
-            close = getattr(download, "close", None)
-            if close is not None:
-                close()
+        for buf, pos, h in downloaded_frames(self.qjm.loggers.by_name(node).read_segment(segment)):
+            if h.last_txid < nxt:
+                continue
+            if singletons and h.record_count != 1:
+                if h.first_txid > nxt:
+                    raise CorruptFrameError(f"txid gap: expected {nxt}, frame starts at {h.first_txid}")
+                nxt = min(stop, h.last_txid) + 1
+            else:
+                chunk = _clip(buf, pos, h.first_txid, h.segment_txid, h.epoch, nxt, stop)
+                nxt = chunk.last + 1
+                yield chunk
+            if nxt > stop:
+                return
         raise CorruptFrameError(f"{node}: segment {segment} ended at txid {nxt - 1}, before {stop}")
 
-    def _in_progress_edits(self, since: int, max_txns: int) -> tuple[int, JournaledEdits | None]:
-        """How many txids from ``since`` a majority of the newest writer's nodes hold, and one reply holding them.
-
-        Mirrors ``Reader._read_in_progress``: nodes answering for an older epoch count as holding
-        nothing, and the count is the majority-th highest.
-        """
-        loggers = self.qjm.loggers
-        call = loggers.call(lambda lg: lg.get_journaled_edits(since, max_txns))
-        try:
-            call.wait_for(
-                loggers.size, 0, loggers.size - loggers.majority, self.qjm.config.timeouts.select_input_streams, "edits"
-            )
-        except QuorumError:
-            pass
-        replies = {n: r for n, r in dict(call.successes).items() if r.txn_count > 0}
-        if not replies:
-            return 0, None
-        epochs = {n: framing.decode_header(r.frames).epoch for n, r in replies.items()}
-        newest = max(epochs.values())
-        counts = sorted((r.txn_count if epochs[n] == newest else 0 for n, r in replies.items()), reverse=True)
-        counts += [0] * (loggers.size - len(counts))
-        durable = counts[majority(loggers.size) - 1]
-        if durable <= 0:
-            return 0, None
-        source = max((n for n in replies if epochs[n] == newest), key=lambda n: replies[n].txn_count)
-        return durable, replies[source]
-
     def _read_in_progress(self, since: int, max_txns: int) -> Iterator[Chunk]:
-        durable, edits = self._in_progress_edits(since, max_txns)
+        durable, edits = committed_in_progress(self.qjm, since, max_txns)
         if edits is None:
             return
         stop = since + durable - 1
