@@ -1,15 +1,21 @@
 """On-disk layout of one journal (Hadoop JNStorage, reference §2): files, atomic updates, the lock.
 
-``Journal`` holds the protocol; this module only stores. Every durable update is atomic: write a
-temporary file, fsync it, rename it over the target, fsync the directory.
+``Journal`` holds the protocol; this module only stores. Every durable update is atomic. Files are
+replaced whole (write a temporary file, fsync it, rename it over the target, fsync the directory),
+except the two epoch files on the failover path: they are updated in place, one page of two, with
+one fdatasync (``qjm.server.durable_long``), which costs a fraction of a rename.
 
 Layout under ``<data-dir>/<journal-id>/``::
 
     in_use.lock                      exclusive flock while a node serves the journal
     current/VERSION                  namespace info (key=value lines)
-    current/last-promised-epoch      decimal
-    current/last-writer-epoch        decimal
-    current/committed-txid           decimal, best effort (not fsynced)
+    current/last-promised-epoch      8192 bytes: two 4 KiB slots, each one checksummed line
+                                     "qjm-long1 <value:20> <seq:20> <crc32:08x>\n" + zeros; the
+                                     valid slot with the highest seq wins (qjm.server.durable_long).
+                                     A bare decimal (older versions) is read, and replaced on the
+                                     first write.
+    current/last-writer-epoch        same as last-promised-epoch
+    current/committed-txid           "%20d\n", best effort: overwritten in place, not fsynced
     current/paxos/<segment>          accepted recovery: "start end inprogress accepted_epoch frames_epoch"
     current/edits_inprogress_<19 digits>
     current/edits_<19 digits>-<19 digits>
@@ -19,20 +25,24 @@ Layout under ``<data-dir>/<journal-id>/``::
 
 from __future__ import annotations
 
-import errno
 import fcntl
+import functools
 import logging
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Concatenate, ParamSpec, Protocol, TypeVar
 
 from qjm._native import framing, segment_io
 from qjm.config import validate_journal_id
 from qjm.errors import NotFoundError, StorageError
 from qjm.protocol.frame import SEGMENT_HEADER_SIZE
 from qjm.protocol.messages import NamespaceInfo, PersistedPaxosData, SegmentState
+from qjm.server.durable_long import FILE_SIZE as _DURABLE_FILE_SIZE
+from qjm.server.durable_long import DurableLong, read_long_file
+from qjm.server.durable_long import fsync_dir as _fsync_dir
+from qjm.server.durable_long import storage_error as _storage_error
 
 log = logging.getLogger("qjm.storage")
 
@@ -151,19 +161,23 @@ class JournalStorage(Protocol):
     def free_bytes(self) -> int: ...
 
 
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
-def _storage_error(what: str, e: OSError) -> StorageError:
-    hint = " (disk full)" if e.errno == errno.ENOSPC else ""
-    err = StorageError(f"{what}: {e.strerror or e}{hint}")
-    err.errno = e.errno
-    return err
+def _changes_segments(method: Callable[Concatenate[DiskStorage, _P], _R]) -> Callable[Concatenate[DiskStorage, _P], _R]:
+    """Marks a ``DiskStorage`` method that creates, renames or deletes files in ``current/``: the
+    cached segment listing is dropped when it returns or raises (a rename may have happened even
+    if the directory fsync after it failed)."""
+
+    @functools.wraps(method)
+    def wrapper(self: DiskStorage, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._invalidate_segments()
+
+    return wrapper
 
 
 class _FileAppender:
@@ -223,6 +237,12 @@ class DiskStorage:
                 f"cannot lock storage {self.root}: another JournalNode is using this directory ({e.strerror})"
             ) from e
         self._best_effort_fds: dict[str, int] = {}
+        self._durable_longs: dict[str, DurableLong] = {}
+        # list_segments cache: (mtime_ns of current/ when listed, segments). The node owns the directory
+        # (flock) and every method that changes its files drops the cache; the mtime is only a guard
+        # against changes behind its back (it ticks coarsely, so one in the same tick can go unseen).
+        self._segments: tuple[int, tuple[SegmentFile, ...]] | None = None
+        self._segments_gen = 0  # bumped on every drop, so a listing raced by a change is not cached
         os.ftruncate(self._lock_fd, 0)
         os.write(self._lock_fd, f"{os.getpid()}\n".encode())
 
@@ -230,13 +250,19 @@ class DiskStorage:
         return self.root
 
     def close(self) -> None:
-        for fd in self._best_effort_fds.values():
-            os.close(fd)
-        self._best_effort_fds.clear()
+        self._close_small_files()
         if self._lock_fd >= 0:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             os.close(self._lock_fd)
             self._lock_fd = -1
+
+    def _close_small_files(self) -> None:
+        for fd in self._best_effort_fds.values():
+            os.close(fd)
+        self._best_effort_fds.clear()
+        for dl in self._durable_longs.values():
+            dl.close()
+        self._durable_longs.clear()
 
     # -- small durable files ---------------------------------------------------------------
 
@@ -276,10 +302,9 @@ class DiskStorage:
     def has_data(self) -> bool:
         return any(n != "paxos" for n in os.listdir(self.current))
 
+    @_changes_segments
     def format(self, ns: NamespaceInfo) -> None:
-        for fd in self._best_effort_fds.values():
-            os.close(fd)
-        self._best_effort_fds.clear()
+        self._close_small_files()
         for name in os.listdir(self.current):
             p = self._path(name)
             if name == "paxos":
@@ -295,19 +320,13 @@ class DiskStorage:
         self._atomic_write(self._path("VERSION"), body.encode())
 
     def read_long(self, name: str) -> int | None:
-        try:
-            with open(self._path(name), encoding="ascii") as f:
-                text = f.read().strip()
-        except FileNotFoundError:
-            return None
-        try:
-            return int(text)
-        except ValueError:
-            raise StorageError(f"unreadable {name} in {self.current}: {text[:40]!r}") from None
+        """Either kind of value file: slotted durable, legacy or best-effort decimal; None if absent."""
+        return read_long_file(self._path(name))
 
+    # No segment-cache drop here: the files write_long creates are never segment files.
     def write_long(self, name: str, value: int, *, durable: bool = True) -> None:
-        if durable:
-            self._atomic_write(self._path(name), f"{value}\n".encode())
+        if durable or name in self._durable_longs:
+            self._write_durable_long(name, value)
             return
         # Best-effort values (the committed txid, reference §2.2) change on every batch: overwrite a
         # fixed-width line in place through a kept-open fd instead of a temp file and a rename.
@@ -315,10 +334,23 @@ class DiskStorage:
         try:
             if fd is None:
                 fd = os.open(self._path(name), os.O_RDWR | os.O_CREAT, 0o600)
+                if os.fstat(fd).st_size == _DURABLE_FILE_SIZE:  # written durably before: keep its format
+                    os.close(fd)
+                    self._write_durable_long(name, value)
+                    return
                 self._best_effort_fds[name] = fd
             os.pwrite(fd, f"{value:>20}\n".encode(), 0)
         except OSError as e:
             raise _storage_error(f"write {name}", e) from e
+
+    def _write_durable_long(self, name: str, value: int) -> None:
+        be_fd = self._best_effort_fds.pop(name, None)  # it would point at the file about to be replaced
+        if be_fd is not None:
+            os.close(be_fd)
+        dl = self._durable_longs.get(name)
+        if dl is None:
+            dl = self._durable_longs[name] = DurableLong(self._path(name))
+        dl.write(value)
 
     def read_paxos(self, segment: int) -> PersistedPaxosData | None:
         try:
@@ -353,8 +385,21 @@ class DiskStorage:
 
     # -- segments -------------------------------------------------------------------------
 
+    def _invalidate_segments(self) -> None:
+        self._segments = None
+        self._segments_gen += 1
+
     def list_segments(self) -> list[SegmentFile]:
-        return segments_from_names(os.listdir(self.current))
+        """The plain segment files, from a cache kept while ``current/`` is unchanged (a fresh list)."""
+        mtime = os.stat(self.current).st_mtime_ns  # before listing: a change after it shows as a new mtime
+        cached = self._segments
+        if cached is not None and cached[0] == mtime:
+            return list(cached[1])
+        gen = self._segments_gen
+        segments = tuple(segments_from_names(os.listdir(self.current)))
+        if gen == self._segments_gen:
+            self._segments = (mtime, segments)
+        return list(segments)
 
     def read_segment(self, seg: SegmentFile, offset: int = 0, length: int = -1) -> bytes:
         try:
@@ -366,6 +411,7 @@ class DiskStorage:
         except OSError as e:
             raise _storage_error(f"read {seg.name}", e) from e
 
+    @_changes_segments
     def create_segment(self, start: int, header: bytes) -> SegmentAppender:
         path = self._path(inprogress_name(start))
         try:
@@ -379,6 +425,7 @@ class DiskStorage:
             raise _storage_error(f"create {path}", e) from e
         return _FileAppender(path, app)
 
+    @_changes_segments
     def truncate_inprogress(self, start: int, valid_end: int) -> None:
         """Cut a torn tail, first copying the cut bytes aside so that nothing is ever destroyed."""
         path = self._path(inprogress_name(start))
@@ -398,6 +445,7 @@ class DiskStorage:
         finally:
             os.close(fd)
 
+    @_changes_segments
     def finalize_segment(self, start: int, end: int, valid_end: int) -> None:
         src = self._path(inprogress_name(start))
         dst = self._path(finalized_name(start, end))
@@ -416,10 +464,12 @@ class DiskStorage:
         except OSError as e:
             raise _storage_error(f"finalize {src}", e) from e
 
+    @_changes_segments
     def move_aside(self, seg: SegmentFile, suffix: str) -> None:
         os.replace(self._path(seg.name), self._path(seg.name + suffix))
         _fsync_dir(self.current)
 
+    @_changes_segments
     def delete_segment(self, seg: SegmentFile) -> None:
         try:
             os.unlink(self._path(seg.name))
@@ -427,6 +477,7 @@ class DiskStorage:
             return
         _fsync_dir(self.current)
 
+    @_changes_segments
     def delete_aside_before(self, min_txid: int) -> int:
         n = 0
         for name in os.listdir(self.current):
@@ -444,6 +495,7 @@ class DiskStorage:
     def _temp_name(self, start: int, epoch: int) -> str:
         return self._path(f"{inprogress_name(start)}.epoch={epoch}")
 
+    @_changes_segments
     def write_temp_segment(self, start: int, epoch: int, data: bytes) -> None:
         path = self._temp_name(start, epoch)
         try:
@@ -466,6 +518,7 @@ class DiskStorage:
     def has_temp_segment(self, start: int, epoch: int) -> bool:
         return os.path.exists(self._temp_name(start, epoch))
 
+    @_changes_segments
     def promote_temp_segment(self, start: int, epoch: int) -> None:
         os.replace(self._temp_name(start, epoch), self._path(inprogress_name(start)))
         _fsync_dir(self.current)

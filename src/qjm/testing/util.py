@@ -21,6 +21,7 @@ from qjm.client.manager import QuorumJournalManager
 from qjm.config import QJMConfig
 from qjm.errors import CorruptFrameError
 from qjm.protocol.frame import SEGMENT_HEADER_SIZE
+from qjm.server.durable_long import read_long_file
 
 
 def eventually(condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
@@ -117,11 +118,9 @@ def inspect_journal(current_dir: str) -> NodeView:
             last = start - 1
         v.segments[name] = last
     for key, fname in (("promised_epoch", "last-promised-epoch"), ("writer_epoch", "last-writer-epoch")):
-        try:
-            with open(os.path.join(current_dir, fname)) as f:
-                setattr(v, key, int(f.read().strip()))
-        except FileNotFoundError:
-            pass
+        value = read_long_file(os.path.join(current_dir, fname))  # the node's own reader: any format
+        if value is not None:
+            setattr(v, key, value)
     pdir = os.path.join(current_dir, "paxos")
     if os.path.isdir(pdir):
         for name in os.listdir(pdir):
