@@ -100,6 +100,10 @@ class QJMConfig:
     max_inflight_batches: int = 64
     close_grace: float = 2.0
     epoch_attempts: int = 5  # open_writer retries a lost epoch race (writers proposing at once)
+    # After a quorum promised the new epoch with identical copies of the open segment, how long
+    # fencing waits for the other nodes' answers: if every node holds that copy, recovery needs no
+    # accept round (qjm.client.recovery.in_sync_copy). 0 turns the shortcut off.
+    in_sync_wait: float = 0.003
     namespace_id: int = 0x514A4D  # "QJM"
     cluster_id: str = "qjm"
 
@@ -111,6 +115,8 @@ class QJMConfig:
             raise ConfigError("batch_bytes must be > 0, batch_delay >= 0 and max_inflight_batches >= 1")
         if self.queued_edits_limit_bytes < 0:
             raise ConfigError("queued_edits_limit_bytes must be >= 0")
+        if self.in_sync_wait < 0:
+            raise ConfigError("in_sync_wait must be >= 0")
         for name in Timeouts.__dataclass_fields__:
             if getattr(self.timeouts, name) <= 0:
                 raise ConfigError(f"timeout {name} must be > 0")

@@ -19,11 +19,11 @@ pytestmark = pytest.mark.sim
 
 # switch → (random seeds within which the first caused violation lies, the exhaustive world that shows it)
 BOUNDS: dict[str, tuple[int, str]] = {
-    "ignore_writer_epoch_rule": (500, "2.10.6"),  # first hit: seed 30
+    "ignore_writer_epoch_rule": (500, "2.10.6"),  # first hit: seed 25
     "ignore_accepted_epoch": (2_000, "2.10.7"),  # first hit: seed 68
     "ack_before_fsync": (100, "2.10.6"),  # first hit: seed 0 (the direct check of invariant 4)
-    "skip_data_plane_epoch_check": (500, "2.10.6"),  # first hit: seed 15
-    "pick_shortest_log": (1_000, "race"),  # first hit: seed 225
+    "skip_data_plane_epoch_check": (500, "2.10.6"),  # first hit: seed 103
+    "pick_shortest_log": (1_000, "race"),  # first hit: seed 70
 }
 # ack_before_fsync is caught at once by the direct check of invariant 4 (acknowledged only when
 # durable); without that check the loss must still surface end to end, after a node crash.

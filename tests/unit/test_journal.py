@@ -668,6 +668,24 @@ def test_finalize_refuses_a_copy_the_epoch_neither_wrote_nor_accepted(env: Env) 
     assert j.read_segment_file(1)[1] == SegmentState(1, 1, False, 2)
 
 
+def test_finalize_takes_the_named_copy_and_only_that_one(env: Env) -> None:
+    """A recovering writer that found every node holding one copy finalizes it without an accept
+    round, naming the copy by its last frame's epoch: the node finalizes its copy only if it is
+    that copy (same end, same epoch), so a same-length copy of another writer is still refused."""
+    j = env.journal()
+    writing(j, epoch=1, upto=3)
+    j.new_epoch(NS, 3)
+    w3 = Writer(3)
+    with pytest.raises(OutOfSyncError, match="not the named copy's epoch 2"):
+        j.finalize_log_segment(w3.req(), 1, 3, copy_epoch=2)
+    with pytest.raises(OutOfSyncError, match="ends at 3"):
+        j.finalize_log_segment(w3.req(), 1, 4, copy_epoch=1)
+    assert j.read_segment_file(1)[1] == SegmentState(1, 3, True, 1)  # refused calls changed nothing
+    j.finalize_log_segment(w3.req(), 1, 3, copy_epoch=1)
+    assert j.read_segment_file(1)[1] == SegmentState(1, 3, False, 1)
+    assert j.get_journal_state().highest_written_txid == 3
+
+
 def test_accept_recovery_replaces_a_same_length_copy_from_an_older_writer(env: Env) -> None:
     # Epoch 1 wrote txid 1 to n0 only; epoch 2 (n0 unreachable) wrote a different txid 1 to n1 and n2.
     n0, n1 = env.journal("n0"), env.journal("n1")

@@ -326,3 +326,44 @@ def test_write_quorum_matches_majority_rule(pattern: list[bool], data: st.DataOb
     finally:
         t.join(10)
     assert not t.is_alive()
+
+
+class SteppingClock:
+    """A clock that moves one second per reading: any wait with a shorter timeout expires at once."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+def test_stragglers_wait_is_bounded_and_never_an_error() -> None:
+    fs = futures(3)
+    fs["n0"].set_result(1)
+    fs["n1"].set_exception(NodeUnavailableError("down"))
+    call = QuorumCall(fs, clock=SteppingClock())
+    assert call.wait_for_stragglers(0.5, "new_epoch") == {"n0": 1}  # n2 silent: the grace expires
+    fs["n2"].set_result(3)
+    assert call.wait_for_stragglers(0.5, "new_epoch") == {"n0": 1, "n2": 3}
+
+
+def test_stragglers_that_answer_while_waited_for_are_included() -> None:
+    fs = futures(3)
+    fs["n0"].set_result(1)
+    fs["n1"].set_result(2)
+    clock = SignallingClock()
+    call = QuorumCall(fs, clock=clock)
+    t = complete_later(clock, [(fs["n2"], 3)])
+    assert call.wait_for_stragglers(30.0, "new_epoch") == {"n0": 1, "n1": 2, "n2": 3}
+    t.join(5)
+
+
+def test_stragglers_invariant_violation_is_raised() -> None:
+    fs = futures(3)
+    fs["n0"].set_result(1)
+    fs["n1"].set_result(2)
+    fs["n2"].set_exception(InvariantViolation("two histories"))
+    with pytest.raises(InvariantViolation):
+        QuorumCall(fs).wait_for_stragglers(1.0, "new_epoch")

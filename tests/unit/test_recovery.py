@@ -339,3 +339,49 @@ def test_phase_one_from_new_epoch_replies() -> None:
     }
     assert choose_recovery_source(got) == ("a", got["a"])
     assert prepared_from_new_epoch({**replies, "d": NewEpochResponse(101)}, 101) is None
+
+
+def test_in_sync_copy_needs_every_node_and_one_in_progress_copy() -> None:
+    """The accept round may be skipped only when every node reported the same in-progress copy."""
+    from qjm.client.recovery import in_sync_copy
+
+    s = SegmentState(101, 150, True, 3)
+    same = {n: R(s, None, 3, 140) for n in "abc"}
+    assert in_sync_copy(same, 3) == s
+    assert in_sync_copy({n: same[n] for n in "ab"}, 3) is None  # a node did not answer: it may hold more
+    assert in_sync_copy({**same, "c": R(SegmentState(101, 153, True, 3), None, 3, 140)}, 3) is None
+    assert in_sync_copy({**same, "c": R(SegmentState(101, 150, True, 2), None, 2, 140)}, 3) is None
+    assert in_sync_copy({**same, "c": R(None, None, 3, 140)}, 3) is None
+    # the same copy accepted by an earlier recovery on one node is still the same copy
+    assert in_sync_copy({**same, "c": R(s, 2, 3, 140)}, 3) == s
+    finalized = SegmentState(101, 150, False, 3)
+    assert in_sync_copy({n: R(finalized, None, 3, 150) for n in "abc"}, 3) is None  # nothing to recover
+    assert in_sync_copy({n: R(SegmentState(101, 150, True, 0), None, 0) for n in "abc"}, 3) is None  # epoch unknown
+    assert in_sync_copy({}, 0) is None
+
+
+def written(end: int, epoch: int, accepted: int | None = None) -> R:
+    """An in-progress copy through ``end`` whose frames the writer of ``epoch`` wrote."""
+    return R(SegmentState(101, end, True, epoch), accepted, epoch)
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from("abcde"),
+        st.sampled_from(
+            [written(150, 3), written(153, 3), written(150, 2), written(150, 3, 4), absent(), final(101, 150)]
+        ),
+        min_size=1,
+    )
+)
+def test_in_sync_copy_is_what_every_recovery_would_choose(rs: dict[str, R]) -> None:
+    """Whenever the shortcut applies, every quorum of the nodes chooses that very copy: skipping
+    the accept round cannot let a later recovery decide differently."""
+    from qjm.client.recovery import in_sync_copy
+
+    state = in_sync_copy(rs, len(rs))
+    if state is None:
+        return
+    for q in quorums(sorted(rs)):
+        chosen = choose_recovery_source({n: rs[n] for n in q})
+        assert chosen is not None and chosen[1].segment_state == state

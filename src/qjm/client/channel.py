@@ -16,13 +16,14 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, wait
 from typing import TypeVar
 
 import grpc
 import xxhash
 
 from qjm import errors
+from qjm.client import shared
 from qjm.client.loggers import CallHooks, WriterLife
 from qjm.config import NodeAddress, QJMConfig
 from qjm.errors import (
@@ -45,10 +46,11 @@ from qjm.protocol.messages import (
     RequestInfo,
     SegmentState,
 )
-from qjm.protocol.rpcmeta import CLIENT_GRPC_OPTIONS, ERROR_CODE_KEY, make_stub, rpc_code
+from qjm.protocol.rpcmeta import CLIENT_GRPC_OPTIONS, ERROR_CODE_KEY, rpc_code
 
 log = logging.getLogger("qjm.channel")
 T = TypeVar("T")
+_CHANNEL_OPTIONS = tuple(CLIENT_GRPC_OPTIONS)
 
 
 def error_from_rpc(node: str, e: grpc.RpcError) -> QJMError:
@@ -190,6 +192,12 @@ class _DataLink:
         self._sock.close()
 
 
+def _close_unused_link(fut: Future[_DataLink]) -> None:
+    """A link connected for a segment start that failed: nothing will use it."""
+    if not fut.cancelled() and fut.exception() is None:
+        fut.result().close()
+
+
 class RemoteLogger:
     """One JournalNode reached over gRPC (control) and framed TCP (data)."""
 
@@ -208,10 +216,10 @@ class RemoteLogger:
         self.hooks = hooks or CallHooks()
         self.life = life or WriterLife()
         self._name = str(address)
-        self._channel = grpc.insecure_channel(self._name, options=CLIENT_GRPC_OPTIONS)
-        self._stub = make_stub(self._channel)
-        self._exec = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"qjm-ctl-{self._name}")
-        self._par = ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"qjm-read-{self._name}")
+        # shared with every other logger of this process that talks to the same node (qjm.client.shared)
+        self._channel, self._stub = shared.acquire_channel(self._name, _CHANNEL_OPTIONS)
+        self._exec = shared.SerialExecutor()  # this node's calls, in order (Hadoop: one thread per logger)
+        self._par = shared.PooledExecutor()  # reads, side by side
         self._epoch = -1
         self._serial = 0
         self._committed = NO_TXID
@@ -223,6 +231,7 @@ class RemoteLogger:
         self._seg_lock = threading.Lock()
         self.highest_acked_txid = 0
         self._closed = False
+        self._channel_released = False
         self._reachable = False
         self._ping_failed_at = -1e9
         self._data_address = ""  # learnt from get_journal_state: spares a round before each link
@@ -341,16 +350,18 @@ class RemoteLogger:
 
     def new_epoch(self, ns: NamespaceInfo, epoch: int) -> Future[NewEpochResponse]:
         t = self.config.timeouts.new_epoch
-        return self._call(
-            "new_epoch",
-            lambda: convert.new_epoch_from_pb(
-                self._rpc(
-                    self._stub.NewEpoch,
-                    pb.NewEpochRequest(journal_id=self.journal_id, ns=convert.ns_to_pb(ns), epoch=epoch),
-                    t,
-                )
-            ),
-        )
+
+        def go() -> NewEpochResponse:
+            reply = self._rpc(
+                self._stub.NewEpoch,
+                pb.NewEpochRequest(journal_id=self.journal_id, ns=convert.ns_to_pb(ns), epoch=epoch),
+                t,
+            )
+            if reply.data_address:
+                self._data_address = reply.data_address
+            return convert.new_epoch_from_pb(reply)
+
+        return self._call("new_epoch", go)
 
     def start_log_segment(self, txid: int) -> Future[None]:
         """Start segment ``txid`` and open a fresh data link to the node for it.
@@ -367,10 +378,16 @@ class RemoteLogger:
                 old, self._link = self._link, None
             if old is not None:
                 old.close()  # calls queued before this one (a finalize) have run: FIFO executor
+            connecting: Future[_DataLink] | None = None
             try:
+                # Connect the data plane while the node starts the segment (one round less on the
+                # way to the first commit); no frame is sent on it before the start succeeded.
+                connecting = self._par.submit(self._open_link)
                 self._rpc(self._stub.StartLogSegment, pb.StartLogSegmentRequest(req=self._req(), txid=txid), t)
-                link = self._open_link()
+                link = connecting.result()
             except BaseException as e:
+                if connecting is not None:
+                    connecting.add_done_callback(_close_unused_link)
                 self._drop_backlog(txid, e if isinstance(e, QJMError) else NodeUnavailableError(f"{self._name}: {e}"))
                 raise
             with self._seg_lock:
@@ -390,7 +407,7 @@ class RemoteLogger:
             if not fut.done():
                 fut.set_exception(e)
 
-    def finalize_log_segment(self, start: int, end: int) -> Future[None]:
+    def finalize_log_segment(self, start: int, end: int, copy_epoch: int = 0) -> Future[None]:
         t = self.config.timeouts.finalize_segment
 
         def go() -> None:
@@ -404,7 +421,7 @@ class RemoteLogger:
                 raise OutOfSyncError(f"{self._name}: out of sync until the next segment; not finalizing {start}-{end}")
             self._rpc(
                 self._stub.FinalizeLogSegment,
-                pb.FinalizeLogSegmentRequest(req=self._req(), start_txid=start, end_txid=end),
+                pb.FinalizeLogSegmentRequest(req=self._req(), start_txid=start, end_txid=end, copy_epoch=copy_epoch),
                 t,
             )
 
@@ -619,6 +636,9 @@ class RemoteLogger:
                 wait([last], timeout=max(0.0, deadline - time.monotonic()))
         self._closed = True
         self._close_link()
-        self._exec.shutdown(wait=False, cancel_futures=True)
-        self._par.shutdown(wait=False, cancel_futures=True)
-        self._channel.close()
+        self._exec.shutdown(cancel_futures=True)
+        self._par.shutdown(cancel_futures=True)
+        with self._seg_lock:
+            release, self._channel_released = not self._channel_released, True
+        if release:
+            shared.release_channel(self._name, _CHANNEL_OPTIONS)

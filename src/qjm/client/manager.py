@@ -12,9 +12,10 @@ from collections.abc import Mapping, Sequence
 from qjm.client.channel import RemoteLogger
 from qjm.client.loggers import CallHooks, Logger, LoggerSet, WriterLife
 from qjm.client.quorum import QuorumCall
-from qjm.client.recovery import check_no_committed_loss, choose_recovery_source
+from qjm.client.recovery import check_no_committed_loss, choose_recovery_source, in_sync_copy
+from qjm.client.shared import EPOCH_HINTS, EpochHints
 from qjm.config import JournalURI, QJMConfig, parse_uri
-from qjm.errors import QJMError, QuorumError
+from qjm.errors import EpochError, NotFormattedError, QJMError, QuorumError
 from qjm.protocol.messages import (
     NO_TXID,
     EditLogManifest,
@@ -42,6 +43,7 @@ class QuorumJournalManager:
         hooks: CallHooks | None = None,
         loggers: Sequence[Logger] | None = None,
         namespace: NamespaceInfo | None = None,
+        epoch_hints: EpochHints | None = None,
     ) -> None:
         self.uri = parse_uri(uri) if isinstance(uri, str) else uri
         self.config = (config or QJMConfig()).validate()
@@ -56,6 +58,8 @@ class QuorumJournalManager:
         self.epoch = 0
         self.active = False
         self.committed_txid = NO_TXID
+        self._hints = EPOCH_HINTS if epoch_hints is None else epoch_hints
+        self._hint_key = (tuple(sorted(str(a) for a in self.uri.nodes)), self.uri.journal_id)
 
     @property
     def journal_id(self) -> str:
@@ -91,20 +95,55 @@ class QuorumJournalManager:
 
     # -- fencing and recovery (design §2.5, §2.8) ---------------------------------------------
 
+    def note_epoch(self, epoch: int) -> None:
+        """Remember an epoch seen in this journal (a promise, a frame, a refusal): the next writer
+        of this process proposes above it without asking the nodes first (qjm.client.shared)."""
+        self._hints.note(self._hint_key, epoch)
+
     def create_new_unique_epoch(self) -> int:
         if self.epoch:
             raise QJMError(f"this manager already holds epoch {self.epoch}; make a new one to write again")
-        states = self.loggers.call(lambda lg: lg.get_journal_state()).wait_for_write_quorum(
-            self.config.timeouts.get_journal_state, "get_journal_state"
-        )
-        proposed = max(s.last_promised_epoch for s in states.values()) + 1
-        self._new_epoch_replies = self.loggers.call(
-            lambda lg: lg.new_epoch(self.namespace, proposed)
-        ).wait_for_write_quorum(self.config.timeouts.new_epoch, f"new_epoch({proposed})")
+        hint = self._hints.get(self._hint_key)
+        replies = self._propose_epoch(hint + 1, guessed=True) if hint else None
+        if replies is None:
+            states = self.loggers.call(lambda lg: lg.get_journal_state()).wait_for_write_quorum(
+                self.config.timeouts.get_journal_state, "get_journal_state"
+            )
+            proposed = max(s.last_promised_epoch for s in states.values()) + 1
+            self.note_epoch(proposed - 1)
+            replies = self._propose_epoch(proposed, guessed=False)
+            assert replies is not None
+        self._new_epoch_replies = replies
+        self.loggers.set_epoch(self.epoch)
+        self.note_epoch(self.epoch)
+        log.info("journal %s: won epoch %d", self.journal_id, self.epoch)
+        return self.epoch
+
+    def _propose_epoch(self, proposed: int, *, guessed: bool) -> dict[str, NewEpochResponse] | None:
+        """new_epoch(proposed) at a quorum; the replies, with every node's when they come at once.
+
+        A ``guessed`` proposal (from the epoch hint) that nodes refuse as too low, or that finds
+        the journal unformatted, returns None: the caller asks the nodes for their promises, as
+        Hadoop always does. Any other failure is the caller's to see.
+        """
+        call = self.loggers.call(lambda lg: lg.new_epoch(self.namespace, proposed))
+        try:
+            replies = call.wait_for_write_quorum(self.config.timeouts.new_epoch, f"new_epoch({proposed})")
+        except QuorumError as e:
+            if guessed and any(isinstance(c, EpochError | NotFormattedError) for c in e.causes.values()):
+                log.info(
+                    "journal %s: epoch %d guessed from the hint was refused; asking the nodes",
+                    self.journal_id,
+                    proposed,
+                )
+                return None
+            raise
+        if 0 < len(replies) < self.loggers.size and self.config.in_sync_wait > 0 and _same_open_copy(replies):
+            # Every node's phase 1 would spare recovery its accept round (in_sync_copy); the rest
+            # of the nodes usually answer within a fraction of a millisecond, a dead one never.
+            replies = call.wait_for_stragglers(self.config.in_sync_wait, f"new_epoch({proposed})")
         self.epoch = proposed
-        self.loggers.set_epoch(proposed)
-        log.info("journal %s: won epoch %d", self.journal_id, proposed)
-        return proposed
+        return replies
 
     def recover_unfinalized_segments(self) -> int:
         """Fence older writers, then recover and finalize the newest segment.
@@ -128,6 +167,9 @@ class QuorumJournalManager:
     ) -> int:
         """Paxos over one segment (reference §3.5): prepare, choose, accept, finalize.
 
+        The accept round is skipped when every node reported the same in-progress copy
+        (``in_sync_copy``): no other value exists, so there is no choice for a quorum to remember.
+
         ``prepared``: phase-1 answers a quorum already gave with its promise (``new_epoch``); the
         prepare round is then skipped. (Starting the next segment right behind the finalize would
         save another round, but a node could then start segment N before a quorum finalized the
@@ -147,13 +189,22 @@ class QuorumJournalManager:
         state = reply.segment_state
         assert state is not None
         check_no_committed_loss(state, prepared)
-        how = f"accepted in epoch {reply.accepted_in_epoch}" if reply.accepted_in_epoch else "best on disk"
-        log.info("journal %s: recovering segment %s from %s (%s)", self.journal_id, state, source, how)
-        url = self.loggers.by_name(source).source_url
-        self.loggers.call(lambda lg: lg.accept_recovery(state, url)).wait_for_write_quorum(
-            self.config.timeouts.accept_recovery, f"accept_recovery({state})"
-        )
-        self.loggers.call(lambda lg: lg.finalize_log_segment(state.start_txid, state.end_txid)).wait_for_write_quorum(
+        if self.config.in_sync_wait > 0 and in_sync_copy(prepared, self.loggers.size) == state:
+            log.info(
+                "journal %s: every node holds segment %s; finalizing it without an accept round", self.journal_id, state
+            )
+        else:
+            how = f"accepted in epoch {reply.accepted_in_epoch}" if reply.accepted_in_epoch else "best on disk"
+            log.info("journal %s: recovering segment %s from %s (%s)", self.journal_id, state, source, how)
+            url = self.loggers.by_name(source).source_url
+            self.loggers.call(lambda lg: lg.accept_recovery(state, url)).wait_for_write_quorum(
+                self.config.timeouts.accept_recovery, f"accept_recovery({state})"
+            )
+        # Naming the copy (its last frame's epoch) lets a node that missed the accept but holds the
+        # very same copy finalize it, and refuses any other copy of the same length.
+        self.loggers.call(
+            lambda lg: lg.finalize_log_segment(state.start_txid, state.end_txid, state.epoch)
+        ).wait_for_write_quorum(
             self.config.timeouts.finalize_segment, f"finalize_log_segment({state.start_txid}, {state.end_txid})"
         )
         return state.end_txid
@@ -243,3 +294,9 @@ def prepared_from_new_epoch(
                 None, None, r.recovery.last_writer_epoch, r.recovery.last_committed_txid
             )
     return out
+
+
+def _same_open_copy(replies: Mapping[str, NewEpochResponse]) -> bool:
+    """The replies name one newest segment and report one in-progress copy of it."""
+    prepared = prepared_from_new_epoch(replies, max(r.last_segment_txid or 0 for r in replies.values()))
+    return prepared is not None and in_sync_copy(prepared, len(prepared)) is not None

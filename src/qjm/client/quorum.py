@@ -124,6 +124,18 @@ class QuorumCall(Generic[T]):
                 raise self._error(f"{op}: {len(self.successes)} of {n} nodes succeeded, {need} needed")
             return dict(self.successes)
 
+    def wait_for_stragglers(self, grace: float, op: str) -> dict[str, T]:
+        """Give the nodes that have not answered up to ``grace`` seconds more; return a copy of the
+        successes then. For shortcuts that need every node's answer but must never wait on a dead
+        node: a timeout is not an error here. A node's ``InvariantViolation`` still raises.
+        """
+        try:
+            self.wait_for(len(self._futures), 0, -1, grace, op)
+        except QuorumError:
+            pass
+        with self._cond:
+            return dict(self.successes)
+
     def wait_for_all(self, timeout: float, op: str) -> dict[str, T]:
         """Every node must succeed (format and friends); fails at the first exception."""
         n = len(self._futures)

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from qjm.errors import InvariantViolation
 from qjm.protocol.messages import NO_TXID, PrepareRecoveryResponse, SegmentState
 
-__all__ = ["check_no_committed_loss", "choose_recovery_source", "compare_responses", "seen_epoch"]
+__all__ = ["check_no_committed_loss", "choose_recovery_source", "compare_responses", "in_sync_copy", "seen_epoch"]
 
 
 def _sign(x: int) -> int:
@@ -113,3 +113,26 @@ def check_no_committed_loss(chosen: SegmentState, responses: Mapping[str, Prepar
                 f"decided to synchronize segment {chosen.start_txid} to {chosen}, "
                 f"but node {name} had seen txid {committed} committed"
             )
+
+
+def in_sync_copy(responses: Mapping[str, PrepareRecoveryResponse], node_count: int) -> SegmentState | None:
+    """The in-progress copy every one of ``node_count`` nodes reported, or None.
+
+    When all nodes answered phase 1 (after promising the new epoch) with one and the same
+    in-progress copy, no other value for the segment exists anywhere: the old writer can no longer
+    change any copy, and every later recovery can only see this one, so it will choose it again.
+    Paxos phase 2 (accept_recovery), whose job is to make a quorum remember the choice, then has
+    nothing to protect, and the writer may finalize directly. A copy is identified by its end and
+    the epoch of its last frame, the identity accept_recovery itself uses to skip a download
+    (design §2.9, last paragraph). Every node, not a quorum: a node that did not answer may hold
+    a longer copy that a later recovery would prefer.
+    """
+    if node_count < 1 or len(responses) < node_count:
+        return None
+    states = {r.segment_state for r in responses.values()}
+    if len(states) != 1:
+        return None
+    (state,) = states
+    if state is None or not state.in_progress or state.epoch == 0:
+        return None
+    return state

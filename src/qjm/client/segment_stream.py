@@ -73,6 +73,7 @@ def committed_in_progress(qjm: QuorumJournalManager, since: int, max_txns: int) 
         return 0, None
     epochs = {n: framing.decode_header(r.frames).epoch for n, r in replies.items()}
     newest = max(epochs.values())
+    qjm.note_epoch(newest)  # a reader following the writer knows whom to fence, should it take over
     counts = sorted((r.txn_count if epochs[n] == newest else 0 for n, r in replies.items()), reverse=True)
     counts += [0] * (loggers.size - len(counts))
     durable = counts[majority(loggers.size) - 1]

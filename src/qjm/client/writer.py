@@ -177,6 +177,8 @@ class Writer:
     def _fail(self, e: QJMError) -> QJMError:
         if self._error is None:
             self._error = e
+            if isinstance(e, FencedError) and e.promised_epoch > 0:
+                self.qjm.note_epoch(e.promised_epoch)
             log.error("journal %s: writer in epoch %d failed: %s", self.qjm.journal_id, self.epoch, e)
         return self._error
 

@@ -93,14 +93,16 @@ class NewEpochRequest(_message.Message):
     def __init__(self, journal_id: _Optional[str] = ..., ns: _Optional[_Union[NamespaceInfoProto, _Mapping]] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class NewEpochResponse(_message.Message):
-    __slots__ = ("has_segment", "last_segment_txid", "recovery")
+    __slots__ = ("has_segment", "last_segment_txid", "recovery", "data_address")
     HAS_SEGMENT_FIELD_NUMBER: _ClassVar[int]
     LAST_SEGMENT_TXID_FIELD_NUMBER: _ClassVar[int]
     RECOVERY_FIELD_NUMBER: _ClassVar[int]
+    DATA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     has_segment: bool
     last_segment_txid: int
     recovery: PrepareRecoveryResponse
-    def __init__(self, has_segment: _Optional[bool] = ..., last_segment_txid: _Optional[int] = ..., recovery: _Optional[_Union[PrepareRecoveryResponse, _Mapping]] = ...) -> None: ...
+    data_address: str
+    def __init__(self, has_segment: _Optional[bool] = ..., last_segment_txid: _Optional[int] = ..., recovery: _Optional[_Union[PrepareRecoveryResponse, _Mapping]] = ..., data_address: _Optional[str] = ...) -> None: ...
 
 class StartLogSegmentRequest(_message.Message):
     __slots__ = ("req", "txid")
@@ -111,14 +113,16 @@ class StartLogSegmentRequest(_message.Message):
     def __init__(self, req: _Optional[_Union[RequestInfoProto, _Mapping]] = ..., txid: _Optional[int] = ...) -> None: ...
 
 class FinalizeLogSegmentRequest(_message.Message):
-    __slots__ = ("req", "start_txid", "end_txid")
+    __slots__ = ("req", "start_txid", "end_txid", "copy_epoch")
     REQ_FIELD_NUMBER: _ClassVar[int]
     START_TXID_FIELD_NUMBER: _ClassVar[int]
     END_TXID_FIELD_NUMBER: _ClassVar[int]
+    COPY_EPOCH_FIELD_NUMBER: _ClassVar[int]
     req: RequestInfoProto
     start_txid: int
     end_txid: int
-    def __init__(self, req: _Optional[_Union[RequestInfoProto, _Mapping]] = ..., start_txid: _Optional[int] = ..., end_txid: _Optional[int] = ...) -> None: ...
+    copy_epoch: int
+    def __init__(self, req: _Optional[_Union[RequestInfoProto, _Mapping]] = ..., start_txid: _Optional[int] = ..., end_txid: _Optional[int] = ..., copy_epoch: _Optional[int] = ...) -> None: ...
 
 class PurgeLogsRequest(_message.Message):
     __slots__ = ("req", "min_txid_to_keep")

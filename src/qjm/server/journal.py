@@ -337,12 +337,17 @@ class Journal:
             self._check_writer(epoch)
             self._note_committed(txid)
 
-    def finalize_log_segment(self, req: RequestInfo, start: int, end: int) -> None:
+    def finalize_log_segment(self, req: RequestInfo, start: int, end: int, copy_epoch: int = 0) -> None:
+        """Finalize segment ``start`` at ``end``.
+
+        ``copy_epoch`` (recovery only): the epoch of the last frame of the copy the writer decided
+        on; this node's copy is finalized only if it is that copy.
+        """
         with self._lock:
             self._check_request(req)
-            self._finalize(start, end, req.epoch)
+            self._finalize(start, end, req.epoch, copy_epoch)
 
-    def _finalize(self, start: int, end: int, epoch: int) -> None:
+    def _finalize(self, start: int, end: int, epoch: int, copy_epoch: int = 0) -> None:
         if end < start:
             raise SegmentStateError(f"cannot finalize segment {start} at {end}: a finalized segment holds a txid")
         if self._open is not None and self._open.start == start:
@@ -366,15 +371,20 @@ class Journal:
         if res is None or res.last_txid != end:
             last = res.last_txid if res is not None else start - 1
             raise OutOfSyncError(f"cannot finalize segment {start} at {end}: the log on disk ends at {last}")
-        # Only a copy this epoch wrote, or one it made ours through accept_recovery: a node that
-        # missed the accept may hold a same-length copy from another writer (found by the fault
-        # search: finalizing it gave two different finalized segments of one name).
+        # Only a copy this epoch wrote, the copy a recovering writer names (same end, same last
+        # epoch: the identity accept_recovery uses to skip a download), or one this epoch made
+        # ours through accept_recovery. A node that missed the accept may hold a same-length copy
+        # from another writer (found by the fault search: finalizing it gave two different
+        # finalized segments of one name).
         paxos = self.storage.read_paxos(start)
         accepted = paxos is not None and paxos.accepted_in_epoch == epoch and paxos.segment_state.end_txid == end
-        if not accepted and res.last_epoch != epoch:
+        named = copy_epoch != 0 and res.last_epoch == copy_epoch
+        if not (accepted or named or res.last_epoch == epoch):
             raise OutOfSyncError(
                 f"cannot finalize segment {start} at {end} in epoch {epoch}: this copy holds epoch "
-                f"{res.last_epoch}'s frames and was not accepted in epoch {epoch}"
+                f"{res.last_epoch}'s frames, "
+                + (f"not the named copy's epoch {copy_epoch}, " if copy_epoch else "")
+                + f"and was not accepted in epoch {epoch}"
             )
         self.storage.finalize_segment(start, end, res.valid_end)
         self.storage.delete_paxos(start)

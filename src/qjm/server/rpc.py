@@ -88,12 +88,14 @@ class QJournalServicer(pbg.QJournalServicer):
         return self._run(context, go)
 
     def NewEpoch(self, request: pb.NewEpochRequest, context: grpc.ServicerContext) -> pb.NewEpochResponse:
-        return self._run(
-            context,
-            lambda: convert.new_epoch_to_pb(
+        def go() -> pb.NewEpochResponse:
+            out = convert.new_epoch_to_pb(
                 self._get(request.journal_id).new_epoch(convert.ns_from_pb(request.ns), request.epoch)
-            ),
-        )
+            )
+            out.data_address = self._data_address()
+            return out
+
+        return self._run(context, go)
 
     def StartLogSegment(self, request: pb.StartLogSegmentRequest, context: grpc.ServicerContext) -> pb.Empty:
         def go() -> pb.Empty:
@@ -105,7 +107,9 @@ class QJournalServicer(pbg.QJournalServicer):
     def FinalizeLogSegment(self, request: pb.FinalizeLogSegmentRequest, context: grpc.ServicerContext) -> pb.Empty:
         def go() -> pb.Empty:
             j = self._get(request.req.journal_id)
-            j.finalize_log_segment(convert.req_from_pb(request.req), request.start_txid, request.end_txid)
+            j.finalize_log_segment(
+                convert.req_from_pb(request.req), request.start_txid, request.end_txid, request.copy_epoch
+            )
             return pb.Empty()
 
         return self._run(context, go)

@@ -48,6 +48,7 @@ from qjm.client.loggers import CallHooks, Logger, LoggerSet, WriterLife
 from qjm.client.manager import QuorumJournalManager
 from qjm.client.quorum import QuorumCall
 from qjm.client.recovery import choose_recovery_source
+from qjm.client.shared import EpochHints
 from qjm.config import QJMConfig
 from qjm.errors import (
     CorruptFrameError,
@@ -403,11 +404,11 @@ class SimLogger:
             self.queue[-1].on_fail = failed
         return fut
 
-    def finalize_log_segment(self, start: int, end: int) -> Future[None]:
+    def finalize_log_segment(self, start: int, end: int, copy_epoch: int = 0) -> Future[None]:
         def run(j: Journal) -> None:
             if self._out_of_sync:
                 raise OutOfSyncError(f"{self._name}: out of sync until the next segment; not finalizing {start}-{end}")
-            j.finalize_log_segment(self._req(), start, end)
+            j.finalize_log_segment(self._req(), start, end, copy_epoch)
 
         return self._ctl("finalize_log_segment", f"finalize_log_segment({start}, {end})", run)
 
@@ -598,7 +599,7 @@ class SimManager(QuorumJournalManager):
     """
 
     def __init__(self, sim: Simulation, writer: int, loggers: Sequence[SimLogger], bugs: ProtocolBugs | None) -> None:
-        super().__init__(sim.uri, config=sim.config, loggers=loggers, namespace=NS)
+        super().__init__(sim.uri, config=sim.config, loggers=loggers, namespace=NS, epoch_hints=sim.epoch_hints)
         self.loggers = SimLoggerSet(loggers, sim, writer)
         self._bugs = bugs if bugs is not None and bugs.client_side else None
 
@@ -1012,6 +1013,10 @@ class Simulation:
         self.step = 0
         self._time = 0.0
         self.config = QJMConfig()
+        # Odd seeds: the writers share an epoch hint, as a standby in the old writer's process
+        # would; even seeds (and the exhaustive worlds): every writer asks the nodes first, as a
+        # new process does. Both paths stay under the search without an extra random draw.
+        self.epoch_hints = EpochHints(enabled=(seed or 0) % 2 == 1)
         self.uri = "qjournal://" + ";".join(f"n{i}:1" for i in range(self.workload.nodes)) + "/" + JOURNAL_ID
         self.nodes: list[_Node] = []
         for i in range(self.workload.nodes):
@@ -1512,7 +1517,10 @@ class Simulation:
             nodes.append((files, longs, durable, paxos, jk))
         chans = tuple(lg.state_key() for t in self.tasks for lg in t.loggers)
         tasks = tuple(t.state_key() for t in self.tasks)
-        return (tuple(nodes), chans, tasks, self.checker.state_key(), len(self._plans), tuple(sorted(self._cut)))
+        return (
+            tuple(nodes), chans, tasks, self.checker.state_key(), len(self._plans), tuple(sorted(self._cut)),
+            self.epoch_hints.snapshot(),
+        )  # fmt: skip
 
     def run(self) -> SimResult:
         """Run to the end: the workload under faults, then a final fault-free recovery and checks."""
