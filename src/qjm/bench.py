@@ -6,15 +6,19 @@ Three measurements, side by side, each in its own process and all under one base
   write pattern (the same frames, the same preallocated O_DIRECT segment files through
   ``qjm._native.segment_io``, one fdatasync per batch) with no network and no protocol. A commit
   of the floor is the second of the three appenders to finish (a quorum of three). Its failover is
-  the disk work a node does for fence + recover + first commit (promise, paxos record, finalize,
-  writer epoch, new preallocated segment, first append), three directories at once.
+  the disk work a node does for fence + recover + first commit of a log in sync (promise written
+  in place, finalize, writer epoch in place, new preallocated segment, first append), three
+  directories at once.
 - **qjm native**: a writer and three JournalNodes (``MiniJournalCluster`` subprocesses) on loopback.
 - **qjm pure**: the same with ``QJM_NO_EXTENSIONS=1`` in the writer and the nodes.
 
 Figures: sync-commit latency p50/p99 of a 1 KiB batch with one batch outstanding; pipelined
 throughput (records/s, payload MB/s) for 100-byte and 1 KiB records; failover time p50 (fence +
 recover + first commit: ``open_writer`` while another writer holds an open segment, then one
-synced record). Each figure is also given as a ratio to the floor.
+synced record), measured on a settled disk (``sync`` after the throughput phases) two ways: by a
+new writer in the process of the old one, as a standby that follows the journal would (its
+connections and the epoch hint are warm), and cold, by a new process. Each figure is also given
+as a ratio to the floor.
 
 ``--peers`` then measures ZooKeeper, etcd and NATS JetStream (three servers each on loopback,
 ``qjm.bench_peers``, each peer in its own worker process) on the same two workloads and prints a
@@ -43,8 +47,8 @@ BATCH_BYTES = 64 * 1024  # the Writer's default batch_bytes
 LATENCY_RECORD = 1024
 
 # (latency rounds, seconds per throughput phase, failover repetitions)
-FULL = {"rounds": 3000, "seconds": 4.0, "failovers": 15}
-SMOKE = {"rounds": 30, "seconds": 0.3, "failovers": 2}
+FULL = {"rounds": 3000, "seconds": 4.0, "failovers": 15, "cold_failovers": 8}
+SMOKE = {"rounds": 30, "seconds": 0.3, "failovers": 2, "cold_failovers": 1}
 PURE_SCALE = 0.5  # the pure run is slow: fewer latency rounds (throughput phases are timed anyway)
 PEER_TIMEOUT = {True: 240.0, False: 900.0}  # seconds for one peer worker (smoke, full): start + both workloads
 LATENCY_TARGET = 0.4  # qjm native sync p50 <= this x the best durable peer's
@@ -148,16 +152,17 @@ def floor_throughput(base: str, size: int, seconds: float) -> float:
     return rates[1]
 
 
-def _atomic_write(path: str, data: bytes) -> None:
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    _fsync_dir(os.path.dirname(path))
+def _slot_file(path: str) -> int:
+    """An epoch file as the node keeps it (qjm.server.durable_long): 8 KiB, overwritten in place."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    os.write(fd, bytes(8192))
+    os.fsync(fd)
+    return fd
+
+
+def _slot_write(fd: int, k: int) -> None:
+    os.pwrite(fd, b"%4096d" % k, (k % 2) * 4096)
+    os.fdatasync(fd)
 
 
 def _fsync_dir(path: str) -> None:
@@ -178,7 +183,9 @@ def floor_failover(base: str, reps: int) -> list[float]:
 
     def node(i: int) -> None:
         d = os.path.join(base, f"fo{i}")
-        os.makedirs(os.path.join(d, "paxos"), exist_ok=True)
+        os.makedirs(d, exist_ok=True)
+        promised = _slot_file(os.path.join(d, "last-promised-epoch"))
+        writer = _slot_file(os.path.join(d, "last-writer-epoch"))
         old = segment_io.Appender(os.path.join(d, "seg-0"), _segment_header())
         old.append(record)
         old.sync()
@@ -186,8 +193,7 @@ def floor_failover(base: str, reps: int) -> list[float]:
         for k in range(reps):
             barrier.wait()
             t = time.perf_counter()
-            _atomic_write(os.path.join(d, "last-promised-epoch"), b"%d\n" % k)  # new_epoch
-            _atomic_write(os.path.join(d, "paxos", "1"), b"1 1 1 %d %d\n" % (k, k))  # accept_recovery
+            _slot_write(promised, k)  # new_epoch (the log is in sync: no accept round, no paxos record)
             seg = os.path.join(d, f"seg-{k}")
             fd = os.open(seg, os.O_RDWR)  # finalize: cut the preallocation, fsync, rename
             os.ftruncate(fd, len(record) + 64)
@@ -195,15 +201,15 @@ def floor_failover(base: str, reps: int) -> list[float]:
             os.close(fd)
             os.rename(seg, seg + ".done")
             _fsync_dir(d)
-            os.unlink(os.path.join(d, "paxos", "1"))
-            _fsync_dir(os.path.join(d, "paxos"))
-            _atomic_write(os.path.join(d, "last-writer-epoch"), b"%d\n" % k)  # start_log_segment
+            _slot_write(writer, k)  # start_log_segment
             new = segment_io.Appender(os.path.join(d, f"seg-{k + 1}"), _segment_header())
             _fsync_dir(d)
             new.append(record)  # first commit
             new.sync()
             lat[i][k] = time.perf_counter() - t
             new.close()
+        os.close(promised)
+        os.close(writer)
 
     _three(node)
     return [sorted(lat[i][k] for i in range(3))[1] for k in range(reps)]
@@ -250,6 +256,7 @@ def worker_qjm(base: str, cfg: dict[str, float]) -> dict[str, Any]:
             w.sync()
             out[f"tput{size}"] = n / (time.perf_counter() - t0)
         w.roll()  # recover a small open segment, not the throughput phases' hundreds of MB
+        os.sync()  # failover on a settled disk, not behind the writeback of the throughput phases
         fo = []
         for _ in range(int(cfg["failovers"])):
             for _ in range(10):
@@ -263,8 +270,40 @@ def worker_qjm(base: str, cfg: dict[str, float]) -> dict[str, Any]:
             w.abort()
             w = w2
         out["failover"] = fo
+        cold = []
+        for _ in range(int(cfg["cold_failovers"])):
+            for _ in range(10):
+                w.append(rec)
+            w.sync()
+            cold.append(_cold_failover(c.uri))
+            w.abort()
+            w = qjm.open_writer(c.uri)  # takes over from the new process's writer, which exited
+        out["failover_cold"] = cold
         w.close()
     return out
+
+
+def _cold_failover(uri: str) -> float:
+    """Failover by a new process (no connection, no epoch hint): its own timing of open_writer +
+    one synced record, taken after its imports; it exits leaving its segment open."""
+    cmd = [sys.executable, "-m", "qjm.bench", "--worker", "cold-failover", "--uri", uri]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=120)
+    if proc.returncode != 0:
+        raise RuntimeError(f"qjm bench: cold failover failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return float(proc.stdout.strip().splitlines()[-1])
+
+
+def worker_cold_failover(uri: str) -> float:
+    import qjm
+
+    rec = os.urandom(LATENCY_RECORD)
+    t = time.perf_counter()
+    w = qjm.open_writer(uri)
+    w.append(rec)
+    w.sync()
+    took = time.perf_counter() - t
+    w.abort()
+    return took
 
 
 # -- driver --------------------------------------------------------------------------------------
@@ -343,6 +382,8 @@ def _summarise(raw: dict[str, Any]) -> dict[str, Any]:
         "sync_p50_us": _pct(raw["latency"], 0.5) * 1e6,
         "sync_p99_us": _pct(raw["latency"], 0.99) * 1e6,
         "failover_p50_ms": _pct(raw["failover"], 0.5) * 1e3,
+        # the floor's disk work is the same whichever process asks for it
+        "failover_cold_p50_ms": _pct(raw.get("failover_cold", raw["failover"]), 0.5) * 1e3,
     }
     for size in RECORD_SIZES:
         s[f"tput{size}_rps"] = raw[f"tput{size}"]
@@ -357,7 +398,8 @@ ROWS = [
     ("throughput 100 B records", "tput100_mbps", "MB/s", "higher"),
     ("throughput 1 KiB records", "tput1024_rps", "rec/s", "higher"),
     ("throughput 1 KiB records", "tput1024_mbps", "MB/s", "higher"),
-    ("failover p50 (fence+recover+commit)", "failover_p50_ms", "ms", "lower"),
+    ("failover p50 (fence+recover+commit), standby", "failover_p50_ms", "ms", "lower"),
+    ("failover p50, cold (new process)", "failover_cold_p50_ms", "ms", "lower"),
 ]
 
 
@@ -566,11 +608,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true")
     p.add_argument("--plot", metavar="PNG", help="latency CDF and throughput bars (needs matplotlib)")
     p.add_argument("--peers", action="store_true", help="also ZooKeeper, etcd and NATS JetStream (bench/peers/)")
-    p.add_argument("--worker", choices=["floor", "qjm", "peer"], help=argparse.SUPPRESS)
+    p.add_argument("--worker", choices=["floor", "qjm", "peer", "cold-failover"], help=argparse.SUPPRESS)
+    p.add_argument("--uri", help=argparse.SUPPRESS)
     p.add_argument("--peer", help=argparse.SUPPRESS)
     p.add_argument("--base", help=argparse.SUPPRESS)
     p.add_argument("--pure", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    if a.worker == "cold-failover":
+        print(worker_cold_failover(a.uri))
+        return 0
     if a.worker:
         cfg = dict(SMOKE if a.smoke else FULL)
         if a.pure and not a.smoke:
