@@ -52,19 +52,27 @@ _FINALIZED = re.compile(r"edits_(\d{19})-(\d{19})")
 _ASIDE = re.compile(r"edits_(?:inprogress_)?(\d{19})(?:-\d{19})?\..+")
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _segment_of(name: str) -> SegmentFile | None:
+    """A file name parsed once: a journal lists the same thousands of names on every change."""
+    m = _INPROGRESS.fullmatch(name)
+    if m:
+        return SegmentFile(int(m.group(1)), None, name)
+    m = _FINALIZED.fullmatch(name)
+    if m:
+        return SegmentFile(int(m.group(1)), int(m.group(2)), name)
+    return None
+
+
 def segments_from_names(names: Iterable[str]) -> list[SegmentFile]:
     """The plain-named segment files among ``names``, ordered by start txid."""
-    out: list[SegmentFile] = []
-    for name in names:
-        m = _INPROGRESS.fullmatch(name)
-        if m:
-            out.append(SegmentFile(int(m.group(1)), None, name))
-            continue
-        m = _FINALIZED.fullmatch(name)
-        if m:
-            out.append(SegmentFile(int(m.group(1)), int(m.group(2)), name))
-    out.sort(key=lambda s: (s.start, s.end is None))
+    out = [seg for seg in map(_segment_of, names) if seg is not None]
+    out.sort(key=_order)
     return out
+
+
+def _order(seg: SegmentFile) -> tuple[int, bool]:
+    return (seg.start, seg.end is None)
 
 
 def aside_start(name: str) -> int | None:
