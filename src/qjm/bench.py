@@ -166,17 +166,10 @@ def _slot_write(fd: int, k: int) -> None:
     os.fdatasync(fd)
 
 
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def floor_failover(base: str, reps: int) -> list[float]:
     """The durable disk work of fence + recover + first commit on a node, three nodes at once."""
     from qjm._native import segment_io
+    from qjm.server.durable_long import fsync_dir as _fsync_dir
 
     record = _frame([os.urandom(LATENCY_RECORD)], 1)
     lat = [[0.0] * reps for _ in range(3)]

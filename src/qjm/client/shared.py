@@ -190,20 +190,31 @@ class EpochHints:
 EPOCH_HINTS = EpochHints()
 
 
-class SerialExecutor:
-    """Runs submitted calls one at a time, in submission order, on the shared pool."""
+class _Executor:
+    """What both executors share: a lock, and refusing calls after shutdown."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._shut = False
+
+    def _admit(self) -> None:
+        """Lock held: refuse a call after shutdown."""
+        if self._shut:
+            raise RuntimeError("cannot schedule new calls after shutdown")
+
+
+class SerialExecutor(_Executor):
+    """Runs submitted calls one at a time, in submission order, on the shared pool."""
+
+    def __init__(self) -> None:
+        super().__init__()
         self._queue: collections.deque[tuple[Future[Any], Callable[[], Any]]] = collections.deque()
         self._running = False
-        self._shut = False
 
     def submit(self, fn: Callable[[], T]) -> Future[T]:
         fut: Future[T] = Future()
         with self._lock:
-            if self._shut:
-                raise RuntimeError("cannot schedule new calls after shutdown")
+            self._admit()
             self._queue.append((fut, fn))
             if self._running:
                 return fut
@@ -231,19 +242,17 @@ class SerialExecutor:
             fut.cancel()
 
 
-class PooledExecutor:
+class PooledExecutor(_Executor):
     """Calls that may run side by side (reads) on the shared pool; shutdown cancels the unstarted."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        super().__init__()
         self._pending: set[Future[Any]] = set()
-        self._shut = False
 
     def submit(self, fn: Callable[[], T]) -> Future[T]:
         fut: Future[T] = Future()
         with self._lock:
-            if self._shut:
-                raise RuntimeError("cannot schedule new calls after shutdown")
+            self._admit()
             self._pending.add(fut)
         fut.add_done_callback(self._done)
         workers().run(lambda: _run_into(fut, fn))
