@@ -15,10 +15,11 @@ Three measurements, side by side, each in its own process and all under one base
 Figures: sync-commit latency p50/p99 of a 1 KiB batch with one batch outstanding; pipelined
 throughput (records/s, payload MB/s) for 100-byte and 1 KiB records; failover time p50 (fence +
 recover + first commit: ``open_writer`` while another writer holds an open segment, then one
-synced record), measured on a settled disk (``sync`` after the throughput phases) two ways: by a
-new writer in the process of the old one, as a standby that follows the journal would (its
-connections and the epoch hint are warm), and cold, by a new process. Each figure is also given
-as a ratio to the floor.
+synced record), measured on a settled disk (``sync`` after the throughput phases) three ways: by
+another process that has read the open segment first, as a standby that follows the journal does
+(its connections are open and it knows the epoch); by a cold process (its code imported, nothing
+else); and by a new writer in the old writer's own process. Each figure is also given as a ratio
+to the floor.
 
 ``--peers`` then measures ZooKeeper, etcd and NATS JetStream (three servers each on loopback,
 ``qjm.bench_peers``, each peer in its own worker process) on the same two workloads and prints a
@@ -47,7 +48,7 @@ BATCH_BYTES = 64 * 1024  # the Writer's default batch_bytes
 LATENCY_RECORD = 1024
 
 # (latency rounds, seconds per throughput phase, failover repetitions)
-FULL = {"rounds": 3000, "seconds": 4.0, "failovers": 15, "cold_failovers": 8}
+FULL = {"rounds": 3000, "seconds": 4.0, "failovers": 15, "cold_failovers": 9}
 SMOKE = {"rounds": 30, "seconds": 0.3, "failovers": 2, "cold_failovers": 1}
 FAILOVER_WARMUP = 3  # takeovers run before the counted ones (after the throughput phases)
 PURE_SCALE = 0.5  # the pure run is slow: fewer latency rounds (throughput phases are timed anyway)
@@ -264,37 +265,45 @@ def worker_qjm(base: str, cfg: dict[str, float]) -> dict[str, Any]:
             fo.append(time.perf_counter() - t)
             w.abort()
             w = w2
-        out["failover"] = fo[warmup:]  # the first takeovers after gigabytes of writes are slower
-        cold = []
-        for _ in range(int(cfg["cold_failovers"])):
-            for _ in range(10):
-                w.append(rec)
-            w.sync()
-            cold.append(_cold_failover(c.uri))
-            w.abort()
-            w = qjm.open_writer(c.uri)  # takes over from the new process's writer, which exited
-        out["failover_cold"] = cold
+        out["failover_same_process"] = fo[warmup:]  # the first takeovers after gigabytes of writes are slower
+        for key, follow in (("failover", True), ("failover_cold", False)):
+            took = []
+            for _ in range(int(cfg["cold_failovers"])):
+                for _ in range(10):
+                    w.append(rec)
+                w.sync()
+                took.append(_process_failover(c.uri, w.segment_txid if follow else 0))
+                w.abort()
+                w = qjm.open_writer(c.uri)  # takes over from the other process's writer, which exited
+            out[key] = took
         w.close()
     return out
 
 
-def _cold_failover(uri: str) -> float:
-    """Failover by a new process (no connection, no thread, no epoch hint; its code imported):
-    its own timing of open_writer + one synced record; it exits leaving its segment open."""
-    cmd = [sys.executable, "-m", "qjm.bench", "--worker", "cold-failover", "--uri", uri]
+def _process_failover(uri: str, follow_from: int) -> float:
+    """Failover by another process, its code imported; with ``follow_from`` a standby that has read
+    the open segment from that txid first (its connections and the epoch are known), else a cold
+    one. Its own timing of open_writer + one synced record; it exits leaving its segment open."""
+    cmd = [sys.executable, "-m", "qjm.bench", "--worker", "process-failover", "--uri", uri]
+    cmd += ["--follow", str(follow_from)]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=120)
     if proc.returncode != 0:
-        raise RuntimeError(f"qjm bench: cold failover failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+        raise RuntimeError(f"qjm bench: failover process failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     return float(proc.stdout.strip().splitlines()[-1])
 
 
-def worker_cold_failover(uri: str) -> float:
+def worker_process_failover(uri: str, follow_from: int) -> float:
     import qjm
 
-    # the code is loaded, as in a process that has been running: what is cold is the rest
+    # the code is loaded, as in a process that has been running
     import qjm.client.fanout_link
     import qjm.client.writer
 
+    reader = None
+    if follow_from:
+        reader = qjm.open_reader(uri, from_txid=follow_from, include_in_progress=True)
+        if not any(True for _ in reader):
+            raise RuntimeError("the standby read nothing of the open segment")
     rec = os.urandom(LATENCY_RECORD)
     t = time.perf_counter()
     w = qjm.open_writer(uri)
@@ -302,6 +311,8 @@ def worker_cold_failover(uri: str) -> float:
     w.sync()
     took = time.perf_counter() - t
     w.abort()
+    if reader is not None:
+        reader.qjm.close()
     return took
 
 
@@ -383,6 +394,7 @@ def _summarise(raw: dict[str, Any]) -> dict[str, Any]:
         "failover_p50_ms": _pct(raw["failover"], 0.5) * 1e3,
         # the floor's disk work is the same whichever process asks for it
         "failover_cold_p50_ms": _pct(raw.get("failover_cold", raw["failover"]), 0.5) * 1e3,
+        "failover_same_process_p50_ms": _pct(raw.get("failover_same_process", raw["failover"]), 0.5) * 1e3,
     }
     for size in RECORD_SIZES:
         s[f"tput{size}_rps"] = raw[f"tput{size}"]
@@ -397,8 +409,9 @@ ROWS = [
     ("throughput 100 B records", "tput100_mbps", "MB/s", "higher"),
     ("throughput 1 KiB records", "tput1024_rps", "rec/s", "higher"),
     ("throughput 1 KiB records", "tput1024_mbps", "MB/s", "higher"),
-    ("failover p50 (fence+recover+commit), standby", "failover_p50_ms", "ms", "lower"),
-    ("failover p50, cold (new process)", "failover_cold_p50_ms", "ms", "lower"),
+    ("failover p50 (fence+recover+commit), standby process", "failover_p50_ms", "ms", "lower"),
+    ("failover p50, cold process", "failover_cold_p50_ms", "ms", "lower"),
+    ("failover p50, new writer in the old one's process", "failover_same_process_p50_ms", "ms", "lower"),
 ]
 
 
@@ -607,14 +620,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true")
     p.add_argument("--plot", metavar="PNG", help="latency CDF and throughput bars (needs matplotlib)")
     p.add_argument("--peers", action="store_true", help="also ZooKeeper, etcd and NATS JetStream (bench/peers/)")
-    p.add_argument("--worker", choices=["floor", "qjm", "peer", "cold-failover"], help=argparse.SUPPRESS)
+    p.add_argument("--worker", choices=["floor", "qjm", "peer", "process-failover"], help=argparse.SUPPRESS)
     p.add_argument("--uri", help=argparse.SUPPRESS)
+    p.add_argument("--follow", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--peer", help=argparse.SUPPRESS)
     p.add_argument("--base", help=argparse.SUPPRESS)
     p.add_argument("--pure", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
-    if a.worker == "cold-failover":
-        print(worker_cold_failover(a.uri))
+    if a.worker == "process-failover":
+        print(worker_process_failover(a.uri, a.follow))
         return 0
     if a.worker:
         cfg = dict(SMOKE if a.smoke else FULL)

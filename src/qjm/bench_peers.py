@@ -665,6 +665,7 @@ def measure(name: str, base: str, cfg: dict[str, float]) -> dict[str, Any]:
         sync_p99_us=_pct(lat, 0.99) * 1e6,
         failover_p50_ms=float("nan"),
         failover_cold_p50_ms=float("nan"),
+        failover_same_process_p50_ms=float("nan"),
         latency=lat,
     )
     return out
