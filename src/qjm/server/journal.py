@@ -41,7 +41,7 @@ from qjm.protocol.messages import (
     RequestInfo,
     SegmentState,
 )
-from qjm.server.storage import JournalStorage, SegmentAppender, SegmentFile, scan_segment_bytes
+from qjm.server.storage import JournalStorage, SegmentAppender, SegmentFile, finalized_name, scan_segment_bytes
 
 log = logging.getLogger("qjm.journal")
 
@@ -108,6 +108,11 @@ class Journal:
         self._open: _OpenSegment | None = None
         self._highest_written = 0
         self.last_write_time = 0.0
+        # Scans of finalized segments, which never change (invariant 5): the newest one is scanned
+        # by every new_epoch that follows a clean roll, and it may be gigabytes.
+        self._finalized_scans: dict[str, framing.ScanResult] = {}
+        # Scans made during the current new_epoch (its phase 1 scans the newest segment twice)
+        self._scan_memo: dict[str, framing.ScanResult] | None = None
         self.batches_written = 0
         self.txns_written = 0
         if self._ns is not None:
@@ -224,13 +229,20 @@ class Journal:
             self._set_promised(epoch)
             self._abort_open()
             self._roll_forward_accepted()
-            newest = self._newest_segment_with_txns()
-            if newest is None:
-                return NewEpochResponse(None, PrepareRecoveryResponse(None, None, self._writer_epoch, self._committed))
-            # Paxos phase 1 for the newest segment comes with the promise: the new epoch is promised
-            # now, which is all prepare_recovery checks, and a node whose newest segment is older
-            # than the newest a quorum reports holds neither that segment nor a proposal for it.
-            return NewEpochResponse(newest.start, self._prepare(newest.start))
+            self._scan_memo = {}
+            try:
+                newest = self._newest_segment_with_txns()
+                if newest is None:
+                    return NewEpochResponse(
+                        None, PrepareRecoveryResponse(None, None, self._writer_epoch, self._committed)
+                    )
+                # Paxos phase 1 for the newest segment comes with the promise: the new epoch is
+                # promised now, which is all prepare_recovery checks, and a node whose newest
+                # segment is older than the newest a quorum reports holds neither that segment nor
+                # a proposal for it.
+                return NewEpochResponse(newest.start, self._prepare(newest.start))
+            finally:
+                self._scan_memo = None
 
     def heartbeat(self, req: RequestInfo) -> None:
         with self._lock:
@@ -387,6 +399,8 @@ class Journal:
                 + f"and was not accepted in epoch {epoch}"
             )
         self.storage.finalize_segment(start, end, res.valid_end)
+        if res.tail == "clean":  # the finalized file is these bytes, cut after the last frame
+            self._remember_finalized(finalized_name(start, end), res)
         self.storage.delete_paxos(start)
         self._highest_written = max(self._highest_written, end)
         log.info("journal %s: finalized segment %d-%d", self.journal_id, start, end)
@@ -426,6 +440,8 @@ class Journal:
         if paxos is not None and self.storage.has_temp_segment(segment, paxos.accepted_in_epoch):
             # crashed between the paxos commit point and the rename: roll forward (reference §2.4)
             self.storage.promote_temp_segment(segment, paxos.accepted_in_epoch)
+            if self._scan_memo is not None:
+                self._scan_memo.clear()  # another file now has the segment's name
         state = self._segment_state(segment)
         if paxos is not None and (state is None or state.in_progress):
             if state is None or state.end_txid != paxos.segment_state.end_txid:
@@ -560,6 +576,23 @@ class Journal:
 
     def _scan(self, seg: SegmentFile, *, repair: bool) -> framing.ScanResult | None:
         """Scan a segment; for an in-progress one with ``repair``, cut a torn tail (copied aside first)."""
+        known = (self._finalized_scans if seg.end is not None else self._scan_memo or {}).get(seg.name)
+        if known is not None:
+            return known
+        res = self._scan_file(seg, repair=repair)
+        if res is not None and res.tail == "clean":
+            if seg.end is not None:
+                self._remember_finalized(seg.name, res)
+            elif self._scan_memo is not None:
+                self._scan_memo[seg.name] = res
+        return res
+
+    def _remember_finalized(self, name: str, res: framing.ScanResult) -> None:
+        self._finalized_scans[name] = res
+        if len(self._finalized_scans) > 16:
+            del self._finalized_scans[next(iter(self._finalized_scans))]
+
+    def _scan_file(self, seg: SegmentFile, *, repair: bool) -> framing.ScanResult | None:
         data = self.storage.read_segment(seg)
         if len(data) < SEGMENT_HEADER_SIZE and seg.in_progress:
             if repair:
