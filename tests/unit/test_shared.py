@@ -153,3 +153,37 @@ def test_workers_beyond_the_limit_wait_their_turn() -> None:
     for _ in range(5):
         assert finished.acquire(timeout=10)
     assert w._threads == 2
+
+
+def test_workers_do_not_count_a_thread_twice_after_a_backlog() -> None:
+    """Jobs queued at the limit are taken by the threads that free up, which then do not also count
+    as idle: afterwards a new job still gets a new thread while one is allowed."""
+    w = shared._Workers(3)
+    gate = threading.Event()
+    running = threading.Semaphore(0)
+
+    def blocked() -> None:
+        running.release()
+        assert gate.wait(10)
+
+    for _ in range(3):
+        w.run(blocked)
+    for _ in range(3):
+        assert running.acquire(timeout=10)
+    done = threading.Semaphore(0)
+    w.run(done.release)  # backlog: every thread is busy and none may be added
+    gate.set()
+    assert done.acquire(timeout=10)
+    # three threads, each now idle or about to be; three jobs that must run at the same time
+    together = threading.Barrier(3, timeout=10)
+    finished = threading.Semaphore(0)
+
+    def meet() -> None:
+        together.wait()
+        finished.release()
+
+    for _ in range(3):
+        w.run(meet)
+    for _ in range(3):
+        assert finished.acquire(timeout=10)
+    assert w._threads == 3

@@ -63,19 +63,23 @@ class _Workers:
     def __init__(self, limit: int) -> None:
         self._queue: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._lock = threading.Lock()
-        self._idle = 0
+        self._idle = 0  # threads waiting for a job nobody has claimed them for
+        self._backlog = 0  # jobs queued while every thread was busy and no new one was allowed
         self._threads = 0
         self._limit = limit
 
     def run(self, job: Callable[[], None]) -> None:
-        """Run ``job`` (which must not raise) on an idle thread, or a new one."""
+        """Run ``job`` (which must not raise) on an idle thread, or a new one, or the first to free up."""
         with self._lock:
-            spawn = not self._idle and self._threads < self._limit
-            if spawn:
-                self._threads += 1
-            elif self._idle:
+            spawn = False
+            if self._idle:
                 self._idle -= 1  # claimed: that thread takes this job (or an equal one)
-        self._queue.put(job)
+            elif self._threads < self._limit:
+                self._threads += 1
+                spawn = True
+            else:
+                self._backlog += 1
+            self._queue.put(job)
         if spawn:
             threading.Thread(target=self._loop, name=f"qjm-call-{self._threads}", daemon=True).start()
 
@@ -87,7 +91,10 @@ class _Workers:
             except BaseException:  # a job reports through its future; this is a bug in the job
                 log.exception("qjm: a node call's runner failed")
             with self._lock:
-                self._idle += 1
+                if self._backlog:
+                    self._backlog -= 1  # a job already waits in the queue for this thread
+                else:
+                    self._idle += 1
 
 
 _lock = threading.Lock()
