@@ -12,7 +12,7 @@ import qjm
 from qjm.config import QJMConfig
 from qjm.testing.faults import FaultPlan
 from qjm.testing.minicluster import MiniJournalCluster
-from qjm.testing.util import inspect_journal, read_all, segment_frames
+from qjm.testing.util import inspect_journal, read_all, segment_frames, wait_for_every_node
 
 
 def fin(start: int, end: int) -> str:
@@ -25,6 +25,7 @@ def old_writer_dies(c: MiniJournalCluster, n: int, plan: FaultPlan | None = None
     for i in range(n):
         w.append(b"r%d" % i)
     w.sync()
+    wait_for_every_node(w)  # the same copy on all three nodes, not only on the majority sync waits for
     w.abort()
     return w
 
@@ -61,6 +62,7 @@ def test_a_lagging_node_means_a_full_recovery(icluster: MiniJournalCluster) -> N
     for i in range(50):
         w.append(b"r%d" % i)
     w.sync()
+    wait_for_every_node(w)
     plan.fail_before(icluster.name(0), "journal")
     for i in range(50, 60):
         w.append(b"r%d" % i)

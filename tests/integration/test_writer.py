@@ -13,7 +13,7 @@ import pytest
 import qjm
 from qjm.errors import QJMError
 from qjm.testing.minicluster import MiniJournalCluster
-from qjm.testing.util import inspect_journal, txn_data
+from qjm.testing.util import inspect_journal, txn_data, wait_for_every_node
 
 
 def test_time_closes_a_batch_without_sync(icluster: MiniJournalCluster) -> None:
@@ -116,6 +116,7 @@ def test_the_separate_prepare_round_recovers_the_same_end(icluster: MiniJournalC
     for i in range(1, 8):
         w.append(b"r%d" % i)
     assert w.sync() == 7
+    wait_for_every_node(w)  # a sync returns at a majority; this test needs the copy on all three
     w.abort()  # leaves segment 1 in progress on every node
     m = QuorumJournalManager(icluster.uri)
     m.create_new_unique_epoch()

@@ -413,10 +413,7 @@ class RemoteLogger:
         def go() -> None:
             # Batches and control calls travel on different connections: let this node's batches
             # land first, so it is finalized in the order Hadoop's single executor would give.
-            link = self._link
-            last = link.last_pending() if link is not None else None
-            if last is not None:
-                wait([last], timeout=t)
+            self.wait_for_batches(t)
             if self._out_of_sync:
                 raise OutOfSyncError(f"{self._name}: out of sync until the next segment; not finalizing {start}-{end}")
             self._rpc(
@@ -609,6 +606,13 @@ class RemoteLogger:
                 fut.set_exception(e)
         return fut
 
+    def wait_for_batches(self, timeout: float) -> None:
+        """Wait (bounded) until this node has answered every batch sent to it, or its link failed."""
+        link = self._link
+        last = link.last_pending() if link is not None else None
+        if last is not None:
+            wait([last], timeout=timeout)
+
     def _close_link(self) -> None:
         with self._seg_lock:
             link, self._link = self._link, None
@@ -630,10 +634,7 @@ class RemoteLogger:
         if grace > 0 and not self._closed and self._reachable:
             deadline = time.monotonic() + grace
             wait([self._exec.submit(lambda: None)], timeout=grace)
-            link = self._link
-            last = link.last_pending() if link is not None else None
-            if last is not None:
-                wait([last], timeout=max(0.0, deadline - time.monotonic()))
+            self.wait_for_batches(max(0.0, deadline - time.monotonic()))
         self._closed = True
         self._close_link()
         self._exec.shutdown(cancel_futures=True)

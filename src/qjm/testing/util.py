@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from qjm._native import framing
 from qjm.client.loggers import CallHooks
@@ -22,6 +23,9 @@ from qjm.config import QJMConfig
 from qjm.errors import CorruptFrameError
 from qjm.protocol.frame import SEGMENT_HEADER_SIZE
 from qjm.server.durable_long import read_long_file
+
+if TYPE_CHECKING:
+    from qjm.client.writer import Writer
 
 
 def eventually(condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
@@ -149,3 +153,12 @@ def read_all(uri: str, from_txid: int = 1, *, include_in_progress: bool = False)
         return list(r)
     finally:
         r.qjm.close()
+
+
+def wait_for_every_node(writer: Writer, timeout: float = 30.0) -> None:
+    """Wait until every node has answered every batch ``writer`` sent: a sync returns at a majority,
+    and a test that needs the same copy on all nodes (before an abort, say) must not race the last."""
+    for lg in writer.qjm.loggers.loggers:
+        wait_for_batches = getattr(lg, "wait_for_batches", None)
+        if wait_for_batches is not None:
+            wait_for_batches(timeout)
