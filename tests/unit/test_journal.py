@@ -687,11 +687,8 @@ def test_finalize_takes_the_named_copy_and_only_that_one(env: Env) -> None:
     assert j.get_journal_state().highest_written_txid == 3
 
 
-def test_new_epoch_reads_a_segment_once_and_a_finalized_one_not_again(env: Env) -> None:
-    """Phase 1 scans the newest segment once per new_epoch; a segment this node finalized is never
-    read again for it (finalized segments do not change), and the answers stay the same."""
-    j = env.journal()
-    writing(j, epoch=1, upto=6)
+def counting_reads(j: Journal) -> list[str]:
+    """The names of the segment files ``j`` reads from now on."""
     reads: list[str] = []
     real = j.storage.read_segment
 
@@ -700,30 +697,31 @@ def test_new_epoch_reads_a_segment_once_and_a_finalized_one_not_again(env: Env) 
         return real(seg, offset, length)
 
     j.storage.read_segment = counting  # type: ignore[method-assign]
+    return reads
+
+
+def test_new_epoch_reads_a_segment_once_and_a_finalized_one_not_again(env: Env) -> None:
+    """Phase 1 scans the newest segment once per new_epoch; a segment this node finalized is never
+    read again for it (finalized segments do not change), and the answers stay the same."""
+    j = env.journal()
+    writing(j, epoch=1, upto=6)
+    reads = counting_reads(j)
     assert j.new_epoch(NS, 2) == NewEpochResponse(
         1, PrepareRecoveryResponse(SegmentState(1, 6, True, 1), None, 1, NO_TXID)
     )
     assert reads == [inprogress_name(1)]
-    w2 = Writer(2)
-    j.finalize_log_segment(w2.req(), 1, 6, copy_epoch=1)
+    j.finalize_log_segment(Writer(2).req(), 1, 6, copy_epoch=1)
     reads.clear()
     assert j.new_epoch(NS, 3) == NewEpochResponse(
         1, PrepareRecoveryResponse(SegmentState(1, 6, False, 1), None, 1, NO_TXID)
     )
     assert reads == []
     restarted = env.restart(j)  # a restarted node knows nothing and reads it again
-    reads2: list[str] = []
-    real2 = restarted.storage.read_segment
-
-    def counting2(seg: SegmentFile, offset: int = 0, length: int = -1) -> bytes:
-        reads2.append(seg.name)
-        return real2(seg, offset, length)
-
-    restarted.storage.read_segment = counting2  # type: ignore[method-assign]
+    reads = counting_reads(restarted)
     assert restarted.new_epoch(NS, 4).recovery == PrepareRecoveryResponse(
         SegmentState(1, 6, False, 1), None, 1, NO_TXID
     )
-    assert reads2 == [finalized_name(1, 6)]
+    assert reads == [finalized_name(1, 6)]
 
 
 def test_accept_recovery_replaces_a_same_length_copy_from_an_older_writer(env: Env) -> None:
