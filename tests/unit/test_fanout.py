@@ -264,6 +264,61 @@ def test_quorum_txid_is_the_majority_acked_txid(loop: Loop) -> None:
         hang_up(f, link, m, n)
 
 
+def wait_acked(f: Any, link: int, txid: int) -> int:
+    """Wait the documented way (news, then look, then wait on what was seen) until ``link`` acked ``txid``."""
+    while True:
+        seen = f.news()
+        if f.acked(link) >= txid:
+            return seen
+        assert f.wait_news(seen, WAIT), f"no news within {WAIT}s; acked {f.acked(link)}"
+
+
+def test_a_quiet_link_wakes_news_waiters_instead_of_reporting_acks(loop: Loop) -> None:
+    f = loop.fanout
+    quiet_mine, quiet_node = pair()
+    loud_mine, loud_node = pair()
+    quiet = f.add_link(quiet_mine, report_acks=False)
+    loud = f.add_link(loud_mine)
+    for t in range(1, 4):
+        f.send(quiet, frame(t), t)
+        f.send(loud, frame(t), t)
+    before = f.news()
+    quiet_node.sendall(wire.encode_ack(2))
+    wait_acked(f, quiet, 2)
+    assert f.news() > before
+    assert f.inflight(quiet)[0] == 1  # the window still shrinks
+    # The loud link's ack is reported; the quiet one's never was (events come in loop order).
+    loud_node.sendall(wire.encode_ack(3))
+    assert loop.next() == (loud, 3, "", None)
+    assert loop.events.empty()
+    # A quiet link's failure is still reported, with what it had acked, and is news too.
+    recv_exactly(quiet_node, sum(len(frame(t)) for t in range(1, 4)))  # closing with unread bytes would reset
+    seen = f.news()
+    quiet_node.close()
+    assert loop.until(quiet, lambda e: e[2] != "") == (quiet, 2, "eof", None)
+    assert f.wait_news(seen, 0) is True
+    hang_up(f, quiet, quiet_mine)
+    hang_up(f, loud, loud_node, loud_mine)
+
+
+def test_wait_news_times_out_returns_at_once_on_stale_counts_and_wakes_on_notify(fo: ModuleType) -> None:
+    f = fo.Fanout()
+    seen = f.news()
+    assert f.wait_news(seen, 0.01) is False  # nothing happened: the timeout ends it
+    assert f.wait_news(seen, 0) is False
+    with pytest.raises(ValueError):
+        f.wait_news(seen, float("nan"))
+    woke: queue.Queue[bool] = queue.Queue()
+    t = threading.Thread(target=lambda: woke.put(f.wait_news(seen, WAIT)))
+    t.start()
+    f.notify()
+    assert woke.get(timeout=WAIT) is True
+    t.join(WAIT)
+    assert f.news() == seen + 1
+    assert f.wait_news(seen, WAIT) is True  # news since the caller looked: no wait at all
+    f.close()
+
+
 def test_run_twice_and_closed_engine(fo: ModuleType) -> None:
     f = fo.Fanout()
     started = threading.Event()

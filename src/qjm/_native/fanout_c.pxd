@@ -49,6 +49,17 @@ cdef extern from "<pthread.h>" nogil:
     int pthread_mutex_destroy(pthread_mutex_t *m)
     int pthread_mutex_lock(pthread_mutex_t *m)
     int pthread_mutex_unlock(pthread_mutex_t *m)
+    ctypedef struct pthread_cond_t:
+        pass
+    ctypedef struct pthread_condattr_t:
+        pass
+    int pthread_condattr_init(pthread_condattr_t *a)
+    int pthread_condattr_setclock(pthread_condattr_t *a, int clock)
+    int pthread_condattr_destroy(pthread_condattr_t *a)
+    int pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *a)
+    int pthread_cond_destroy(pthread_cond_t *c)
+    int pthread_cond_broadcast(pthread_cond_t *c)
+    int pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m, const void *abstime)
 
 
 ctypedef struct qent:               # one buffer queued for sending; owns a reference to obj
@@ -86,6 +97,7 @@ ctypedef struct link_t:
     unsigned char *fail_detail
     Py_ssize_t fail_len
     bint fail_reported
+    bint quiet                      # acks wake wait_news() waiters only; failures are still reported
 
 
 cdef class Fanout:
@@ -96,6 +108,13 @@ cdef class Fanout:
     cdef bint _stop
     cdef bint _running
     cdef dict _socks                # slot -> socket object, keeps each fd alive while registered
+    cdef pthread_mutex_t _nmu       # guards the news counter below
+    cdef pthread_cond_t _ncv
+    cdef unsigned long long _news   # bumped when any link's acked advances or a link fails
+    cdef int _nwaiters
+    cdef bint _ninit
+
+    cdef void _bump_news(self) noexcept nogil
 
     cdef link_t *_get(self, object link, int *slot) except NULL
     cdef int _report(self, int s, object callback) except -1

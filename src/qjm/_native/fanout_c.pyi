@@ -13,8 +13,19 @@ MAX_WINDOW_COUNT: Final[int]
 class Fanout:
     """Pipelined sender to many nodes: one epoll loop, one non-blocking connection per link."""
 
-    def add_link(self, sock: socket.socket, *, max_count: int = 1048576, max_bytes: int = 4611686018427387904) -> int:
-        """Register a connected socket (made non-blocking); returns the link id."""
+    def add_link(
+        self,
+        sock: socket.socket,
+        *,
+        max_count: int = 1048576,
+        max_bytes: int = 4611686018427387904,
+        report_acks: bool = True,
+    ) -> int:
+        """Register a connected socket (made non-blocking); returns the link id.
+
+        With ``report_acks=False`` the link is quiet: ``run``'s callback hears only of its failure,
+        and its acks just wake ``wait_news`` (read them with ``acked``).
+        """
 
     def send(self, link: int, frame: bytes, last_txid: int = 0, prefix: bytes | None = None) -> int:
         """Queue ``prefix`` (if any) then ``frame``; a frame with ``last_txid`` > 0 awaits its ack.
@@ -38,6 +49,19 @@ class Fanout:
 
     def quorum_txid(self, links: Iterable[int]) -> int:
         """Highest txid acknowledged by a majority of ``links`` (0 when none or no majority has one)."""
+
+    def news(self) -> int:
+        """A counter that grows whenever a link's acked advances, a link fails, or ``notify`` runs."""
+
+    def wait_news(self, seen: int, timeout: float) -> bool:
+        """Block (without the GIL) until ``news()`` differs from ``seen``, at most ``timeout`` seconds.
+
+        Returns whether it differs. Read ``news()`` before looking at the state you wait on, then
+        pass it here: news that arrived in between is never missed.
+        """
+
+    def notify(self) -> None:
+        """Bump ``news()`` and wake every ``wait_news`` (Python calls it when its own state changed)."""
 
     def run(self, callback: Callable[[int, int, str, object], None]) -> None:
         """Serve every link until ``stop``; ``callback(link, acked, code, detail)`` reports news.

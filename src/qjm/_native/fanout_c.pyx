@@ -7,7 +7,10 @@
 # writes the rest on EPOLLOUT and parses the node's cumulative acks. Each link has an in-flight
 # window bounded in frames and bytes: send() refuses a frame past it and Python decides what that
 # means. The loop takes the GIL only to report facts (acked through N, or why the link failed) and
-# to drop references to buffers it has sent.
+# to drop references to buffers it has sent. A link added with report_acks=False is quiet: its acks
+# only bump a news counter and wake the threads blocked in wait_news() (which waits without the
+# GIL), so a writer waiting for a quorum is woken straight from this loop and no Python runs per
+# ack (the writer counts the quorum itself from acked()).
 #
 # Receiver: the node's side, one blocking connection: splits the stream into frames and commit
 # notices without the GIL, hands them to Python in runs (one group commit per run), sends acks.
@@ -22,6 +25,7 @@ from libc.errno cimport EAGAIN, EINTR, ENOMEM, errno
 from libc.stdint cimport int64_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memcmp, memcpy, memmove, memset
+from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 from posix.unistd cimport close as c_close, read as c_read, write as c_write
 
 import os
@@ -344,6 +348,15 @@ cdef class Fanout:
             pthread_mutex_init(&self._links[i].mu, NULL)
         self._nslots = 0
         self._socks = {}
+        cdef pthread_condattr_t ca
+        pthread_mutex_init(&self._nmu, NULL)
+        pthread_condattr_init(&ca)
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC)
+        pthread_cond_init(&self._ncv, &ca)
+        pthread_condattr_destroy(&ca)
+        self._news = 0
+        self._nwaiters = 0
+        self._ninit = True
         self._ep = epoll_create1(EPOLL_CLOEXEC)
         if self._ep < 0:
             raise OSError(errno, os.strerror(errno))
@@ -376,6 +389,17 @@ cdef class Fanout:
             c_close(self._ep)
         if self._wake >= 0:
             c_close(self._wake)
+        if self._ninit:
+            pthread_cond_destroy(&self._ncv)
+            pthread_mutex_destroy(&self._nmu)
+            self._ninit = False
+
+    cdef void _bump_news(self) noexcept nogil:
+        pthread_mutex_lock(&self._nmu)
+        self._news += 1
+        if self._nwaiters:
+            pthread_cond_broadcast(&self._ncv)
+        pthread_mutex_unlock(&self._nmu)
 
     cdef link_t *_get(self, object link, int *slot) except NULL:
         cdef long long v = link
@@ -388,8 +412,13 @@ cdef class Fanout:
         slot[0] = s
         return &self._links[s]
 
-    def add_link(self, sock, *, Py_ssize_t max_count=MAX_WINDOW_COUNT, Py_ssize_t max_bytes=1 << 62):
-        """Register a connected socket (made non-blocking); returns the link id."""
+    def add_link(self, sock, *, Py_ssize_t max_count=MAX_WINDOW_COUNT, Py_ssize_t max_bytes=1 << 62,
+                 bint report_acks=True):
+        """Register a connected socket (made non-blocking); returns the link id.
+
+        With ``report_acks=False`` the link is quiet: ``run``'s callback hears only of its failure,
+        and its acks just wake ``wait_news`` (read them with ``acked``).
+        """
         cdef int s = 0
         cdef int fd
         cdef link_t *l = NULL
@@ -430,6 +459,7 @@ cdef class Fanout:
         l.fail_errno = 0
         l.fail_len = 0
         l.fail_reported = False
+        l.quiet = not report_acks
         l.state = L_OPEN
         l.registered = True
         pthread_mutex_unlock(&l.mu)
@@ -555,6 +585,52 @@ cdef class Fanout:
         acks.sort(reverse=True)
         return acks[len(acks) // 2]
 
+    def news(self):
+        """A counter that grows whenever a link's acked advances, a link fails, or ``notify`` runs."""
+        cdef unsigned long long v
+        with nogil:
+            pthread_mutex_lock(&self._nmu)
+            v = self._news
+            pthread_mutex_unlock(&self._nmu)
+        return v
+
+    def wait_news(self, unsigned long long seen, double timeout):
+        """Block (without the GIL) until ``news()`` differs from ``seen``, at most ``timeout`` seconds.
+
+        Returns whether it differs. Read ``news()`` before looking at the state you wait on, then
+        pass it here: news that arrived in between is never missed.
+        """
+        cdef timespec ts
+        cdef int rc = 0
+        cdef bint got
+        cdef long long whole
+        if timeout != timeout:
+            raise ValueError("timeout is NaN")
+        if timeout > 1e6:
+            timeout = 1e6
+        with nogil:
+            pthread_mutex_lock(&self._nmu)
+            if self._news == seen and timeout > 0:
+                clock_gettime(CLOCK_MONOTONIC, &ts)
+                whole = <long long>timeout
+                ts.tv_sec += whole
+                ts.tv_nsec += <long>((timeout - whole) * 1e9)
+                if ts.tv_nsec >= 1000000000:
+                    ts.tv_sec += 1
+                    ts.tv_nsec -= 1000000000
+                self._nwaiters += 1
+                while self._news == seen and rc == 0:
+                    rc = pthread_cond_timedwait(&self._ncv, &self._nmu, &ts)
+                self._nwaiters -= 1
+            got = self._news != seen
+            pthread_mutex_unlock(&self._nmu)
+        return got
+
+    def notify(self):
+        """Bump ``news()`` and wake every ``wait_news`` (Python calls it when its own state changed)."""
+        with nogil:
+            self._bump_news()
+
     def run(self, callback):
         """Serve every link until ``stop``; ``callback(link, acked, code, detail)`` reports news.
 
@@ -573,6 +649,8 @@ cdef class Fanout:
         cdef int touched[MAX_EVENTS]
         cdef int ntouched
         cdef bint woke
+        cdef bint changed
+        cdef uint64_t acked0
         cdef int e
         if links == NULL or ep < 0:
             raise ValueError("Fanout is closed")
@@ -584,6 +662,7 @@ cdef class Fanout:
             while not self._stop:
                 ntouched = 0
                 woke = False
+                changed = False
                 with nogil:
                     n = epoll_wait(ep, evs, MAX_EVENTS, -1)
                     for i in range(n):
@@ -596,16 +675,23 @@ cdef class Fanout:
                         l = &links[s]
                         pthread_mutex_lock(&l.mu)
                         if l.state == L_OPEN and l.gen == <unsigned int>(tok >> SLOT_BITS):
+                            acked0 = l.acked
                             if evs[i].events & (EPOLLOUT | EPOLLERR):
                                 e = _flush(ep, l, tok)
                                 if e:
                                     _fail(ep, l, F_OSERROR, e, NULL, 0)
                             if l.state == L_OPEN and evs[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP):
                                 _read(ep, l)
+                            if l.acked != acked0 or l.state != L_OPEN:
+                                changed = True
+                            if l.quiet and l.state == L_OPEN:
+                                l.news = False      # acks only: the waiters hear of them below
                         if l.news or l.nrel:
                             touched[ntouched] = s
                             ntouched += 1
                         pthread_mutex_unlock(&l.mu)
+                    if changed:
+                        self._bump_news()
                 if woke:
                     for s in range(self._nslots):
                         self._report(s, callback)

@@ -36,8 +36,9 @@ Callback = Callable[[int, int, str, object], None]
 
 
 class _Link:
-    def __init__(self, sock: socket.socket, max_count: int, max_bytes: int) -> None:
+    def __init__(self, sock: socket.socket, max_count: int, max_bytes: int, quiet: bool = False) -> None:
         self.sock = sock
+        self.quiet = quiet
         self.lock = threading.Lock()
         self.queue: collections.deque[memoryview] = collections.deque()
         self.inflight: collections.deque[tuple[int, int]] = collections.deque()
@@ -142,6 +143,8 @@ class Fanout:
         self._stop = False
         self._running = False
         self._closed = False
+        self._news = 0
+        self._news_cond = threading.Condition(threading.Lock())
 
     def _get(self, link: int) -> _Link:
         if self._closed:
@@ -179,8 +182,19 @@ class Fanout:
                         return
                     lk.writing = want
 
-    def add_link(self, sock: socket.socket, *, max_count: int = MAX_WINDOW_COUNT, max_bytes: int = 1 << 62) -> int:
-        """Register a connected socket (made non-blocking); returns the link id."""
+    def add_link(
+        self,
+        sock: socket.socket,
+        *,
+        max_count: int = MAX_WINDOW_COUNT,
+        max_bytes: int = 1 << 62,
+        report_acks: bool = True,
+    ) -> int:
+        """Register a connected socket (made non-blocking); returns the link id.
+
+        With ``report_acks=False`` the link is quiet: ``run``'s callback hears only of its failure,
+        and its acks just wake ``wait_news`` (read them with ``acked``).
+        """
         if self._closed:
             raise ValueError("Fanout is closed")
         if max_count < 1 or max_bytes < 1:
@@ -189,7 +203,7 @@ class Fanout:
         with self._lock:
             link = self._next
             self._next += 1
-            self._links[link] = _Link(sock, max_count, max_bytes)
+            self._links[link] = _Link(sock, max_count, max_bytes, quiet=not report_acks)
             self._sel.register(sock, selectors.EVENT_READ, link)
         return link
 
@@ -279,6 +293,30 @@ class Fanout:
         acks = sorted((self.acked(link) for link in links), reverse=True)
         return acks[len(acks) // 2] if acks else 0
 
+    def news(self) -> int:
+        """A counter that grows whenever a link's acked advances, a link fails, or ``notify`` runs."""
+        with self._news_cond:
+            return self._news
+
+    def wait_news(self, seen: int, timeout: float) -> bool:
+        """Block until ``news()`` differs from ``seen``, at most ``timeout`` seconds.
+
+        Returns whether it differs. Read ``news()`` before looking at the state you wait on, then
+        pass it here: news that arrived in between is never missed.
+        """
+        if timeout != timeout:
+            raise ValueError("timeout is NaN")
+        with self._news_cond:
+            if timeout > 0:
+                self._news_cond.wait_for(lambda: self._news != seen, min(timeout, 1e6))
+            return self._news != seen
+
+    def notify(self) -> None:
+        """Bump ``news()`` and wake every ``wait_news`` (Python calls it when its own state changed)."""
+        with self._news_cond:
+            self._news += 1
+            self._news_cond.notify_all()
+
     def run(self, callback: Callback) -> None:
         """Serve every link until ``stop``; ``callback(link, acked, code, detail)`` reports news.
 
@@ -296,6 +334,7 @@ class Fanout:
             while not self._stop:
                 ready = self._sel.select()
                 touched: list[int] = []
+                changed = False
                 for key, events in ready:
                     if key.data is None:
                         try:
@@ -309,6 +348,7 @@ class Fanout:
                     if lk is None:
                         continue
                     with lk.lock:
+                        was_open, acked0 = lk.open, lk.acked
                         if lk.open and events & selectors.EVENT_WRITE:
                             try:
                                 lk.flush()
@@ -320,7 +360,12 @@ class Fanout:
                             self._want_write(link, lk)
                         else:
                             self._unwatch(link, lk)
+                        changed = changed or lk.acked != acked0 or lk.open != was_open
+                        if lk.quiet and lk.open:
+                            lk.news = False  # acks only: the waiters hear of them below
                     touched.append(link)
+                if changed:
+                    self.notify()
                 for link in dict.fromkeys(touched):
                     self._report(link, callback)
         finally:

@@ -23,7 +23,9 @@ import grpc
 import xxhash
 
 from qjm import errors
+from qjm._native import backend_of
 from qjm.client import shared
+from qjm.client.link_batch import Delivery
 from qjm.client.loggers import CallHooks, WriterLife
 from qjm.config import NodeAddress, QJMConfig
 from qjm.errors import (
@@ -91,6 +93,7 @@ class _DataLink:
         self._on_ack = on_ack
         self._on_fail = on_fail
         self.queued_bytes = 0
+        self._acked = 0
         self.failed: BaseException | None = None
         self.closed = False
         self._q.put(wire.encode_hello(journal_id))
@@ -110,9 +113,23 @@ class _DataLink:
             self._q.put(commit)
         self._q.put(frame)
 
+    def send_untracked(self, frame: bytes, last_txid: int, commit: bytes | None) -> None:
+        """Only quiet native links (``FanoutLink``) send without a future."""
+        raise TypeError(f"{type(self).__name__} tracks every batch with a future")
+
     def last_pending(self) -> Future[int] | None:
         with self._lock:
             return self._pending[-1][1] if self._pending else None
+
+    def acked_txid(self) -> int:
+        """Highest txid this node has acknowledged as durable on this link, even after it failed."""
+        return self._acked
+
+    def wait_idle(self, timeout: float) -> None:
+        """Wait (bounded) until the node has answered every batch sent on this link, or it failed."""
+        last = self.last_pending()
+        if last is not None:
+            wait([last], timeout=timeout)
 
     def _send_loop(self) -> None:
         try:
@@ -150,6 +167,7 @@ class _DataLink:
     def _complete(self, txid: int) -> None:
         done: list[Future[int]] = []
         with self._lock:
+            self._acked = max(self._acked, txid)
             while self._pending and self._pending[0][0] <= txid:
                 _, fut, n = self._pending.popleft()
                 self.queued_bytes -= n
@@ -216,6 +234,9 @@ class RemoteLogger:
         self.hooks = hooks or CallHooks()
         self.life = life or WriterLife()
         self._name = str(address)
+        # Batches counted by the waiting thread over quiet native links (qjm.client.link_batch), not
+        # by a future per batch; fault hooks need the futures' per-batch callbacks.
+        self.native_acks = backend_of("fanout") == "native" and type(self.hooks) is CallHooks
         # shared with every other logger of this process that talks to the same node (qjm.client.shared)
         self._channel, self._stub = shared.acquire_channel(self._name, _CHANNEL_OPTIONS)
         self._exec = shared.SerialExecutor()  # this node's calls, in order (Hadoop: one thread per logger)
@@ -227,9 +248,9 @@ class RemoteLogger:
         self._out_of_sync = False
         self._link: _DataLink | None = None
         # segments whose start is queued or running → batches sent for them meanwhile
-        self._starting: dict[int, list[tuple[bytes, int, Future[int], bytes | None]]] = {}
+        self._starting: dict[int, list[tuple[bytes, int, Future[int] | Delivery, bytes | None]]] = {}
         self._seg_lock = threading.Lock()
-        self.highest_acked_txid = 0
+        self._highest_acked = 0
         self._closed = False
         self._channel_released = False
         self._reachable = False
@@ -276,6 +297,14 @@ class RemoteLogger:
     @property
     def out_of_sync(self) -> bool:
         return self._out_of_sync
+
+    @property
+    def highest_acked_txid(self) -> int:
+        """The highest txid this node has acknowledged as durable to this writer."""
+        link = self._link
+        if self.native_acks and link is not None:
+            self._highest_acked = max(self._highest_acked, link.acked_txid())
+        return self._highest_acked
 
     def set_epoch(self, epoch: int) -> None:
         self._epoch = epoch
@@ -394,8 +423,15 @@ class RemoteLogger:
                 # A successful start brings an out-of-sync node back for the new segment (reference §3.2).
                 self._link = link
                 self._out_of_sync = False
-                for frame, last, fut, commit in self._starting.pop(txid, []):
-                    link.send(frame, last, fut, commit)
+                backlog = self._starting.pop(txid, [])
+                for frame, last, fut, commit in backlog:
+                    if isinstance(fut, Delivery):
+                        link.send_untracked(frame, last, commit)
+                        fut.link = link
+                    else:
+                        link.send(frame, last, fut, commit)
+            if backlog and self.native_acks:
+                self._wake_counters()
 
         return self._call("start_log_segment", go)
 
@@ -404,8 +440,19 @@ class RemoteLogger:
             backlog = self._starting.pop(txid, [])
             self._out_of_sync = True
         for _, _, fut, _ in backlog:
-            if not fut.done():
+            if isinstance(fut, Delivery):
+                fut.error = e
+            elif not fut.done():
                 fut.set_exception(e)
+        if backlog and self.native_acks:
+            self._wake_counters()
+
+    @staticmethod
+    def _wake_counters() -> None:
+        """Deliveries changed outside the engine: threads counting a batch's quorum look again."""
+        from qjm.client.fanout_link import shared_engine
+
+        shared_engine().fanout.notify()
 
     def finalize_log_segment(self, start: int, end: int, copy_epoch: int = 0) -> Future[None]:
         t = self.config.timeouts.finalize_segment
@@ -532,8 +579,6 @@ class RemoteLogger:
         return self._connect_link(st.data_address)
 
     def _connect_link(self, data_address: str) -> _DataLink:
-        from qjm._native import backend_of
-
         try:
             if backend_of("fanout") == "native":
                 # The native fan-out: one epoll thread for every node's link (qjm.client.fanout_link).
@@ -548,6 +593,7 @@ class RemoteLogger:
                     on_fail=self._link_failed,
                     max_count=max(1024, 16 * self.config.max_inflight_batches),
                     max_bytes=self.config.queued_edits_limit_bytes or 1,
+                    report_acks=not self.native_acks,
                 )
             return _DataLink(
                 self._name,
@@ -585,10 +631,7 @@ class RemoteLogger:
                         f"{self._name}: {queued} bytes unacknowledged; a batch of {len(frame)} would pass the "
                         f"limit of {limit}"
                     )
-                commit = None
-                if self._committed > self._committed_sent:
-                    commit = wire.encode_commit(self._epoch, self._committed)
-                    self._committed_sent = self._committed
+                commit = self._commit_notice()
                 fut.add_done_callback(self._on_batch_done)
                 if self._starting:
                     self._starting[next(reversed(self._starting))].append((frame, last_txid, fut, commit))
@@ -606,12 +649,44 @@ class RemoteLogger:
                 fut.set_exception(e)
         return fut
 
+    def deliver_batch(self, frame: bytes, first_txid: int, last_txid: int) -> Delivery:
+        """``send_batch`` without a future, for ``native_acks`` loggers: where the batch went.
+
+        The in-flight byte limit is the quiet link's engine window (set to
+        ``queued_edits_limit_bytes``): a batch past it fails the link, as ``send_batch`` would.
+        """
+        try:
+            self.life.check()
+            with self._seg_lock:
+                if self._out_of_sync and not self._starting:  # a pending start may bring the node back
+                    raise OutOfSyncError(f"{self._name}: out of sync until the next segment")
+                link = self._link
+                commit = self._commit_notice()
+                if self._starting:
+                    pending = Delivery()
+                    self._starting[next(reversed(self._starting))].append((frame, last_txid, pending, commit))
+                    return pending
+                if link is None:
+                    raise OutOfSyncError(f"{self._name}: no data link; out of sync until the next segment")
+                link.send_untracked(frame, last_txid, commit)
+                return Delivery(link)
+        except QJMError as e:
+            if not isinstance(e, WriterCrashedError):
+                self._out_of_sync = True
+            return Delivery(error=e)
+
+    def _commit_notice(self) -> bytes | None:
+        """The COMMIT message to send ahead of the next batch, if the committed txid moved (lock held)."""
+        if self._committed <= self._committed_sent:
+            return None
+        self._committed_sent = self._committed
+        return wire.encode_commit(self._epoch, self._committed)
+
     def wait_for_batches(self, timeout: float) -> None:
         """Wait (bounded) until this node has answered every batch sent to it, or its link failed."""
         link = self._link
-        last = link.last_pending() if link is not None else None
-        if last is not None:
-            wait([last], timeout=timeout)
+        if link is not None:
+            link.wait_idle(timeout)
 
     def _close_link(self) -> None:
         with self._seg_lock:
@@ -622,7 +697,7 @@ class RemoteLogger:
     def _on_batch_done(self, fut: Future[int]) -> None:
         if fut.cancelled() or fut.exception() is not None:
             return
-        self.highest_acked_txid = max(self.highest_acked_txid, fut.result())
+        self._highest_acked = max(self._highest_acked, fut.result())
         try:
             self.hooks.after(self._name, "journal")
         except WriterCrashedError as e:

@@ -5,7 +5,9 @@ holds it to that interface) but no threads of its own: every link of the process
 socket with one ``Fanout`` engine whose loop runs in a single thread without the GIL. A batch is
 written from the sender's thread at once when the socket has room; the loop writes the rest,
 parses the node's cumulative acks and calls back here, and the link completes its futures, which
-feed each batch's ``QuorumCall`` (design §4). The engine bounds each link's in-flight window in
+feed each batch's ``QuorumCall`` (design §4). A quiet link (``report_acks=False``) has no futures:
+its acks only wake ``Fanout.wait_news``, and ``qjm.client.link_batch`` counts the quorum from
+``acked_txid`` in the waiting thread. The engine bounds each link's in-flight window in
 frames and bytes; a batch past it, an ERROR from the node or a broken connection fail the link,
 and ``RemoteLogger`` marks the node out of sync until its next segment (style-anchors R16).
 """
@@ -17,6 +19,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from types import ModuleType
@@ -56,8 +59,10 @@ class Engine:
         if link is not None:
             link._on_event(acked, code, detail)
 
-    def register(self, link: FanoutLink, sock: socket.socket, max_count: int, max_bytes: int) -> int:
-        link_id: int = self.fanout.add_link(sock, max_count=max_count, max_bytes=max_bytes)
+    def register(
+        self, link: FanoutLink, sock: socket.socket, max_count: int, max_bytes: int, report_acks: bool = True
+    ) -> int:
+        link_id: int = self.fanout.add_link(sock, max_count=max_count, max_bytes=max_bytes, report_acks=report_acks)
         self._links[link_id] = link
         return link_id
 
@@ -113,6 +118,7 @@ class FanoutLink(_DataLink):
         max_count: int = DEFAULT_WINDOW_COUNT,
         max_bytes: int = DEFAULT_WINDOW_BYTES,
         engine: Engine | None = None,
+        report_acks: bool = True,
     ) -> None:
         # _DataLink.__init__ is not called: it would start the two threads this class replaces.
         self.name = name
@@ -126,9 +132,12 @@ class FanoutLink(_DataLink):
         self.queued_bytes = 0
         self.failed: BaseException | None = None
         self.closed = False
+        self._acked = 0  # loud links: the base class's _complete keeps it
+        self._last_sent = 0  # quiet links: the newest batch handed to the engine
+        self._final_acked = 0  # what the node had acked when the link left the engine
         self._engine = engine or shared_engine()
         try:
-            self._id = self._engine.register(self, self._sock, max_count, max_bytes)
+            self._id = self._engine.register(self, self._sock, max_count, max_bytes, report_acks)
             self._engine.fanout.send(self._id, wire.encode_hello(journal_id))
         except BaseException:
             self._sock.close()
@@ -145,9 +154,40 @@ class FanoutLink(_DataLink):
             # the caller holds RemoteLogger's lock, which the on_fail handler takes.
             self._engine.fanout.send(self._id, frame, last_txid, commit)
 
-    def last_pending(self) -> Future[int] | None:
+    def send_untracked(self, frame: bytes, last_txid: int, commit: bytes | None) -> None:
+        """Send a batch on a quiet link: its outcome is read from ``acked_txid`` and ``failed``."""
         with self._lock:
-            return self._pending[-1][1] if self._pending else None
+            if self.failed is not None:
+                return
+            self._last_sent = last_txid
+            self._engine.fanout.send(self._id, frame, last_txid, commit)
+
+    def acked_txid(self) -> int:
+        """Highest txid this node has acknowledged as durable on this link, even after it failed."""
+        with self._lock:
+            link_id = self._id
+            if link_id < 0:
+                return self._final_acked
+            return int(self._engine.fanout.acked(link_id))
+
+    def wait_idle(self, timeout: float) -> None:
+        if self._pending or not self._last_sent:
+            super().wait_idle(timeout)
+            return
+        fanout = self._engine.fanout
+        deadline = time.monotonic() + timeout
+        while True:
+            seen = fanout.news()
+            if self.failed is not None or self.acked_txid() >= self._last_sent:
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            fanout.wait_news(seen, remaining)
+
+    def fail(self, e: BaseException) -> None:
+        super().fail(e)
+        self._engine.fanout.notify()  # threads counting a quorum over this link look again
 
     def _on_event(self, acked: int, code: str, detail: object) -> None:
         """From the engine's thread: ``acked`` is the node's cumulative ack; ``code`` a failure."""
@@ -177,6 +217,8 @@ class FanoutLink(_DataLink):
         """Leave the engine and close the socket (``close`` has failed what was pending)."""
         with self._lock:
             link_id, self._id = self._id, -1
+            if link_id >= 0:
+                self._final_acked = int(self._engine.fanout.acked(link_id))
         if link_id >= 0:
             self._engine.unregister(link_id)
             self._sock.close()

@@ -10,8 +10,10 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from qjm.client.channel import RemoteLogger
+from qjm.client.fanout_link import shared_engine
+from qjm.client.link_batch import LinkBatch
 from qjm.client.loggers import CallHooks, Logger, LoggerSet, WriterLife
-from qjm.client.quorum import QuorumCall
+from qjm.client.quorum import BatchCall
 from qjm.client.recovery import check_no_committed_loss, choose_recovery_source, in_sync_copy
 from qjm.client.shared import EPOCH_HINTS, EpochHints
 from qjm.config import JournalURI, QJMConfig, parse_uri
@@ -54,6 +56,10 @@ class QuorumJournalManager:
                 for a in self.uri.nodes
             ]
         self.loggers = LoggerSet(loggers)
+        # Every node on a quiet native link: batches are counted by the waiting thread (link_batch).
+        self._remote = [lg for lg in loggers if isinstance(lg, RemoteLogger) and lg.native_acks]
+        if len(self._remote) != len(self.loggers.loggers):
+            self._remote = []
         self.namespace = namespace or NamespaceInfo(self.config.namespace_id, self.config.cluster_id)
         self.epoch = 0
         self.active = False
@@ -239,7 +245,14 @@ class QuorumJournalManager:
         for lg in self.loggers.loggers:
             lg.purge_logs(min_txid_to_keep)
 
-    def send_batch(self, frame: bytes, first_txid: int, last_txid: int) -> QuorumCall[int]:
+    def send_batch(self, frame: bytes, first_txid: int, last_txid: int) -> BatchCall:
+        """Send one batch to every node; wait on the result for its quorum."""
+        if self._remote:
+            return LinkBatch(
+                shared_engine().fanout,
+                last_txid,
+                {lg.name: lg.deliver_batch(frame, first_txid, last_txid) for lg in self._remote},
+            )
         return self.loggers.call(lambda lg: lg.send_batch(frame, first_txid, last_txid))
 
     def set_committed_txid(self, txid: int) -> None:

@@ -15,11 +15,11 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import CancelledError, Future
 from functools import partial
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from qjm.errors import InvariantViolation, QuorumError
 
-__all__ = ["QuorumCall", "majority"]
+__all__ = ["BatchCall", "QuorumCall", "majority"]
 
 T = TypeVar("T")
 
@@ -29,6 +29,15 @@ def majority(n: int) -> int:
     if n < 0:
         raise ValueError(f"node count must be >= 0, got {n}")
     return n // 2 + 1
+
+
+class BatchCall(Protocol):
+    """What a writer waits on for one batch: a ``QuorumCall`` of per-node futures, or a
+    ``qjm.client.link_batch.LinkBatch`` counted over the native links."""
+
+    def wait_for_write_quorum(self, timeout: float, op: str) -> Mapping[str, int]: ...
+
+    def wait_for_all(self, timeout: float, op: str) -> Mapping[str, int]: ...
 
 
 class QuorumCall(Generic[T]):

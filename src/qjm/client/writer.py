@@ -11,13 +11,14 @@ import collections
 import logging
 import random
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from qjm._native import framing
 from qjm.client.loggers import CallHooks
 from qjm.client.manager import QuorumJournalManager
-from qjm.client.quorum import QuorumCall
+from qjm.client.quorum import BatchCall
 from qjm.config import QJMConfig, config_from
 from qjm.errors import EpochError, FencedError, NotFormattedError, QJMError, QuorumError
 
@@ -30,7 +31,7 @@ Buffer = bytes | bytearray | memoryview
 class _Batch:
     first: int
     last: int
-    call: QuorumCall[int]
+    call: BatchCall
 
 
 def _as_fenced(e: QuorumError) -> QJMError:
@@ -63,7 +64,9 @@ class Writer:
         self._error: QJMError | None = None
         self._closed = False
         self._batch_opened = threading.Condition(self._lock)
-        self._batch_started_at = 0.0
+        self._batch_started_at = 0.0  # monotonic time the open batch got its first record; 0: none
+        self._last_opened = 0.0  # when the newest batch got its first record
+        self._timer_idle = False  # the batch timer sleeps until notified (else it looks every batch_delay)
         self._start_segment(self._next_txid)
         self._flusher = threading.Thread(target=self._flush_by_time, name="qjm-batch-timer", daemon=True)
         self._flusher.start()
@@ -193,8 +196,9 @@ class Writer:
         if self._builder.nbytes >= self.config.batch_bytes:
             self._flush()
         elif self._builder.count and not self._batch_started_at:
-            self._batch_started_at = 1.0
-            self._batch_opened.notify()
+            self._batch_started_at = self._last_opened = time.monotonic()
+            if self._timer_idle:
+                self._batch_opened.notify()
 
     def _flush(self) -> None:
         """Close the open batch and send it (lock held)."""
@@ -227,20 +231,36 @@ class Writer:
             self._check()
 
     def _flush_by_time(self) -> None:
+        """Close a batch ``batch_delay`` after its first record, if nothing else closed it first.
+
+        While batches keep opening, the timer looks every ``batch_delay`` instead of being woken for
+        each one: a writer that syncs every record would otherwise pay two thread switches per
+        commit (the wake-up, then the wait for the writer's lock). It sleeps until notified only
+        after a whole ``batch_delay`` without an open batch.
+        """
         delay = self.config.batch_delay
         with self._lock:
-            while not self._closed:
-                if not self._batch_started_at:
-                    self._batch_opened.wait()
-                    continue
-                self._batch_opened.wait(delay)
-                if self._closed or self._error is not None:
-                    return
+            while not self._closed and self._error is None:
+                now = time.monotonic()
                 if self._batch_started_at:
+                    due = self._batch_started_at + delay - now
+                    if due > 0:
+                        self._batch_opened.wait(due)
+                        continue
                     try:
                         self._flush()
                     except QJMError:
                         return
+                    continue
+                idle_for = now - self._last_opened
+                if idle_for < delay:
+                    self._batch_opened.wait(delay - idle_for)
+                    continue
+                self._timer_idle = True
+                try:
+                    self._batch_opened.wait()
+                finally:
+                    self._timer_idle = False
 
 
 def open_writer(

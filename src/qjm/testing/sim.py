@@ -46,7 +46,7 @@ from typing import Any, TypeVar
 from qjm._native import framing
 from qjm.client.loggers import CallHooks, Logger, LoggerSet, WriterLife
 from qjm.client.manager import QuorumJournalManager
-from qjm.client.quorum import QuorumCall
+from qjm.client.quorum import BatchCall, QuorumCall
 from qjm.client.recovery import choose_recovery_source
 from qjm.client.shared import EpochHints
 from qjm.config import QJMConfig
@@ -650,7 +650,7 @@ class _Batch:
     first: int
     last: int
     records: list[bytes]
-    call: QuorumCall[int]
+    call: BatchCall
 
 
 class _Task:
