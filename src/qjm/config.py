@@ -104,6 +104,9 @@ class QJMConfig:
     # fencing waits for the other nodes' answers: if every node holds that copy, recovery needs no
     # accept round (qjm.client.recovery.in_sync_copy). 0 turns the shortcut off.
     in_sync_wait: float = 0.003
+    # A node queued_edits_limit_bytes behind is waited for while it keeps acknowledging; one that
+    # acknowledges nothing for this long is dropped until the next segment (0: Hadoop, drop at once).
+    lag_wait: float = 0.5
     namespace_id: int = 0x514A4D  # "QJM"
     cluster_id: str = "qjm"
 
@@ -115,8 +118,8 @@ class QJMConfig:
             raise ConfigError("batch_bytes must be > 0, batch_delay >= 0 and max_inflight_batches >= 1")
         if self.queued_edits_limit_bytes < 0:
             raise ConfigError("queued_edits_limit_bytes must be >= 0")
-        if self.in_sync_wait < 0:
-            raise ConfigError("in_sync_wait must be >= 0")
+        if self.in_sync_wait < 0 or self.lag_wait < 0:
+            raise ConfigError("in_sync_wait and lag_wait must be >= 0")
         for name in Timeouts.__dataclass_fields__:
             if getattr(self.timeouts, name) <= 0:
                 raise ConfigError(f"timeout {name} must be > 0")

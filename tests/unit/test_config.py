@@ -51,6 +51,10 @@ def test_config_from_options() -> None:
         config_from({"batch_bytes": 0})
     with pytest.raises(ConfigError):
         QJMConfig().with_timeouts(write_txns=0).validate()
+    assert config_from({"lag_wait": 0}).lag_wait == 0  # Hadoop's rule: a lagging node is dropped at once
+    for name in ("lag_wait", "in_sync_wait"):
+        with pytest.raises(ConfigError, match=name):
+            config_from({name: -1})
 
 
 def test_config_from_hadoop_xml(tmp_path: Path) -> None:

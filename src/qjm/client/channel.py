@@ -90,6 +90,7 @@ class _DataLink:
         self._q: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         self._pending: collections.deque[tuple[int, Future[int], int]] = collections.deque()
         self._lock = threading.Lock()
+        self._progress = threading.Condition(self._lock)  # an ack or the failure
         self._on_ack = on_ack
         self._on_fail = on_fail
         self.queued_bytes = 0
@@ -124,6 +125,25 @@ class _DataLink:
     def acked_txid(self) -> int:
         """Highest txid this node has acknowledged as durable on this link, even after it failed."""
         return self._acked
+
+    def unacked_bytes(self) -> int:
+        """Bytes of the batches sent on this link that the node has not acknowledged."""
+        with self._lock:
+            return self.queued_bytes
+
+    def wait_for_room(self, nbytes: int, limit: int, stall: float) -> None:
+        """Wait while ``nbytes`` more would put more than ``limit`` bytes in flight, as long as the
+        node keeps acknowledging: a node that acknowledges nothing for ``stall`` seconds is left to
+        the limit (which drops it). Returns at once once the link failed."""
+        with self._lock:
+            acked, since = self._acked, time.monotonic()
+            while self.failed is None and self.queued_bytes > 0 and self.queued_bytes + nbytes > limit:
+                now = time.monotonic()
+                if self._acked != acked:
+                    acked, since = self._acked, now
+                elif now - since >= stall:
+                    return
+                self._progress.wait(since + stall - now)
 
     def wait_idle(self, timeout: float) -> None:
         """Wait (bounded) until the node has answered every batch sent on this link, or it failed."""
@@ -172,6 +192,7 @@ class _DataLink:
                 _, fut, n = self._pending.popleft()
                 self.queued_bytes -= n
                 done.append(fut)
+            self._progress.notify_all()
         for fut in done:
             if not fut.done():
                 fut.set_result(txid)
@@ -186,6 +207,7 @@ class _DataLink:
             pending = list(self._pending)
             self._pending.clear()
             self.queued_bytes = 0
+            self._progress.notify_all()
         self.close()
         for _, fut, _ in pending:
             if not fut.done():
@@ -250,6 +272,8 @@ class RemoteLogger:
         # segments whose start is queued or running → batches sent for them meanwhile
         self._starting: dict[int, list[tuple[bytes, int, Future[int] | Delivery, bytes | None]]] = {}
         self._seg_lock = threading.Lock()
+        self._started = threading.Condition(self._seg_lock)  # a pending start succeeded or failed
+        self._backlog_bytes = 0  # of the frames in _starting
         self._highest_acked = 0
         self._closed = False
         self._channel_released = False
@@ -423,7 +447,7 @@ class RemoteLogger:
                 # A successful start brings an out-of-sync node back for the new segment (reference §3.2).
                 self._link = link
                 self._out_of_sync = False
-                backlog = self._starting.pop(txid, [])
+                backlog = self._take_backlog(txid)
                 for frame, last, fut, commit in backlog:
                     if isinstance(fut, Delivery):
                         link.send_untracked(frame, last, commit)
@@ -437,7 +461,7 @@ class RemoteLogger:
 
     def _drop_backlog(self, txid: int, e: QJMError) -> None:
         with self._seg_lock:
-            backlog = self._starting.pop(txid, [])
+            backlog = self._take_backlog(txid)
             self._out_of_sync = True
         for _, _, fut, _ in backlog:
             if isinstance(fut, Delivery):
@@ -446,6 +470,18 @@ class RemoteLogger:
                 fut.set_exception(e)
         if backlog and self.native_acks:
             self._wake_counters()
+
+    def _hold(self, frame: bytes, last_txid: int, fut: Future[int] | Delivery, commit: bytes | None) -> None:
+        """Keep a batch for the segment being started (seg lock held)."""
+        self._starting[next(reversed(self._starting))].append((frame, last_txid, fut, commit))
+        self._backlog_bytes += len(frame)
+
+    def _take_backlog(self, txid: int) -> list[tuple[bytes, int, Future[int] | Delivery, bytes | None]]:
+        """The batches kept for segment ``txid``, whose start is over (seg lock held)."""
+        backlog = self._starting.pop(txid, [])
+        self._backlog_bytes -= sum(len(b[0]) for b in backlog)
+        self._started.notify_all()
+        return backlog
 
     @staticmethod
     def _wake_counters() -> None:
@@ -634,7 +670,7 @@ class RemoteLogger:
                 commit = self._commit_notice()
                 fut.add_done_callback(self._on_batch_done)
                 if self._starting:
-                    self._starting[next(reversed(self._starting))].append((frame, last_txid, fut, commit))
+                    self._hold(frame, last_txid, fut, commit)
                 elif link is not None:
                     link.send(frame, last_txid, fut, commit)
                 else:
@@ -664,7 +700,7 @@ class RemoteLogger:
                 commit = self._commit_notice()
                 if self._starting:
                     pending = Delivery()
-                    self._starting[next(reversed(self._starting))].append((frame, last_txid, pending, commit))
+                    self._hold(frame, last_txid, pending, commit)
                     return pending
                 if link is None:
                     raise OutOfSyncError(f"{self._name}: no data link; out of sync until the next segment")
@@ -674,6 +710,35 @@ class RemoteLogger:
             if not isinstance(e, WriterCrashedError):
                 self._out_of_sync = True
             return Delivery(error=e)
+
+    def unacked_bytes(self) -> int:
+        """Bytes sent to this node (or kept for the segment it is starting) not acknowledged yet."""
+        with self._seg_lock:
+            link, backlog = self._link, self._backlog_bytes
+        return backlog + (link.unacked_bytes() if link is not None else 0)
+
+    def pace(self, nbytes: int) -> None:
+        """Hold the writer back while this node is a full queue behind but still acknowledging.
+
+        Hadoop drops such a node at once; on a writer faster than its slowest node (three nodes
+        sharing one disk, a busy machine) that leaves two replicas for the rest of the segment. A
+        node that acknowledges nothing for ``lag_wait`` is still dropped by the queue limit.
+        """
+        stall = self.config.lag_wait
+        if stall <= 0:
+            return
+        limit = self.config.queued_edits_limit_bytes
+        if self._starting:  # rare: batches kept while the node starts the segment all go out at once
+            with self._seg_lock:
+                deadline = time.monotonic() + stall
+                while self._starting and self._backlog_bytes > 0 and self._backlog_bytes + nbytes > limit:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return
+                    self._started.wait(remaining)
+        link = self._link
+        if link is not None and not self._starting:
+            link.wait_for_room(nbytes, limit, stall)
 
     def _commit_notice(self) -> bytes | None:
         """The COMMIT message to send ahead of the next batch, if the committed txid moved (lock held)."""

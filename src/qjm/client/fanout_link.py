@@ -127,12 +127,14 @@ class FanoutLink(_DataLink):
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._pending: collections.deque[tuple[int, Future[int], int]] = collections.deque()
         self._lock = threading.Lock()
+        self._progress = threading.Condition(self._lock)  # the base class's _complete and fail notify it
         self._on_ack = on_ack
         self._on_fail = on_fail
         self.queued_bytes = 0
         self.failed: BaseException | None = None
         self.closed = False
         self._acked = 0  # loud links: the base class's _complete keeps it
+        self._max_count = max_count
         self._last_sent = 0  # quiet links: the newest batch handed to the engine
         self._final_acked = 0  # what the node had acked when the link left the engine
         self._engine = engine or shared_engine()
@@ -169,6 +171,35 @@ class FanoutLink(_DataLink):
             if link_id < 0:
                 return self._final_acked
             return int(self._engine.fanout.acked(link_id))
+
+    def unacked_bytes(self) -> int:
+        with self._lock:
+            return int(self._engine.fanout.inflight(self._id)[1]) if self._id >= 0 else 0
+
+    def wait_for_room(self, nbytes: int, limit: int, stall: float) -> None:
+        fanout = self._engine.fanout
+        try:  # the common case, once per batch and node: room already
+            frames, queued = fanout.inflight(self._id)
+            if queued == 0 or (queued + nbytes <= limit and frames < self._max_count):
+                return
+        except ValueError:  # the link has left the engine (it failed or closed)
+            return
+        acked, since = -1, 0.0
+        while True:
+            seen = fanout.news()
+            with self._lock:
+                if self.failed is not None or self._id < 0:
+                    return
+                frames, queued = fanout.inflight(self._id)
+                now_acked = int(fanout.acked(self._id))
+            if queued == 0 or (queued + nbytes <= limit and frames < self._max_count):
+                return
+            now = time.monotonic()
+            if now_acked != acked:
+                acked, since = now_acked, now
+            elif now - since >= stall:
+                return  # stalled: the engine's window drops it, as Hadoop would at once
+            fanout.wait_news(seen, since + stall - now)
 
     def wait_idle(self, timeout: float) -> None:
         if self._pending or not self._last_sent:

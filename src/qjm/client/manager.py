@@ -57,7 +57,8 @@ class QuorumJournalManager:
             ]
         self.loggers = LoggerSet(loggers)
         # Every node on a quiet native link: batches are counted by the waiting thread (link_batch).
-        self._remote = [lg for lg in loggers if isinstance(lg, RemoteLogger) and lg.native_acks]
+        self._paced = [lg for lg in loggers if isinstance(lg, RemoteLogger)]
+        self._remote = [lg for lg in self._paced if lg.native_acks]
         if len(self._remote) != len(self.loggers.loggers):
             self._remote = []
         self.namespace = namespace or NamespaceInfo(self.config.namespace_id, self.config.cluster_id)
@@ -247,6 +248,8 @@ class QuorumJournalManager:
 
     def send_batch(self, frame: bytes, first_txid: int, last_txid: int) -> BatchCall:
         """Send one batch to every node; wait on the result for its quorum."""
+        for lg in self._paced:  # before any node gets it: holding one back must not delay the others
+            lg.pace(len(frame))
         if self._remote:
             return LinkBatch(
                 shared_engine().fanout,
