@@ -330,6 +330,8 @@ def _run_worker(kind: str, base: str, smoke: bool, pure: bool) -> dict[str, Any]
     cmd = [sys.executable, "-m", "qjm.bench", "--worker", kind, "--base", base]
     if smoke:
         cmd.append("--smoke")
+    else:
+        os.sync()  # each worker starts on a settled disk, not behind the last one's writeback
     if pure:
         cmd.append("--pure")
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
