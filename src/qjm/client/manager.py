@@ -111,7 +111,8 @@ class QuorumJournalManager:
         if self.epoch:
             raise QJMError(f"this manager already holds epoch {self.epoch}; make a new one to write again")
         hint = self._hints.get(self._hint_key)
-        replies = self._propose_epoch(hint + 1, guessed=True) if hint else None
+        proposed = hint + 1
+        replies = self._propose_epoch(proposed, guessed=True) if hint else None
         if replies is None:
             states = self.loggers.call(lambda lg: lg.get_journal_state()).wait_for_write_quorum(
                 self.config.timeouts.get_journal_state, "get_journal_state"
@@ -120,6 +121,7 @@ class QuorumJournalManager:
             self.note_epoch(proposed - 1)
             replies = self._propose_epoch(proposed, guessed=False)
             assert replies is not None
+        self.epoch = proposed
         self._new_epoch_replies = replies
         self.loggers.set_epoch(self.epoch)
         self.note_epoch(self.epoch)
@@ -149,7 +151,6 @@ class QuorumJournalManager:
             # Every node's phase 1 would spare recovery its accept round (in_sync_copy); the rest
             # of the nodes usually answer within a fraction of a millisecond, a dead one never.
             replies = call.wait_for_stragglers(self.config.in_sync_wait, f"new_epoch({proposed})")
-        self.epoch = proposed
         return replies
 
     def recover_unfinalized_segments(self) -> int:
