@@ -134,7 +134,7 @@ class _DataLink:
     def wait_for_room(self, nbytes: int, limit: int, stall: float) -> None:
         """Wait while ``nbytes`` more would put more than ``limit`` bytes in flight, as long as the
         node keeps acknowledging: a node that acknowledges nothing for ``stall`` seconds is left to
-        the limit (which drops it). Returns at once once the link failed."""
+        the limit (which drops it). Returns as soon as the link has failed."""
         with self._lock:
             acked, since = self._acked, time.monotonic()
             while self.failed is None and self.queued_bytes > 0 and self.queued_bytes + nbytes > limit:
