@@ -22,6 +22,7 @@ from qjm.errors import (
     NotFoundError,
     OutOfOrderError,
     OutOfSyncError,
+    QJMError,
     SegmentStateError,
     StorageError,
 )
@@ -701,27 +702,98 @@ def counting_reads(j: Journal) -> list[str]:
 
 
 def test_new_epoch_reads_a_segment_once_and_a_finalized_one_not_again(env: Env) -> None:
-    """Phase 1 scans the newest segment once per new_epoch; a segment this node finalized is never
-    read again for it (finalized segments do not change), and the answers stay the same."""
+    """Phase 1 needs no read of the segment this node was writing, and scans any other newest
+    segment once per new_epoch; a segment this node finalized is never read again for it
+    (finalized segments do not change), and the answers stay the same."""
     j = env.journal()
     writing(j, epoch=1, upto=6)
     reads = counting_reads(j)
-    assert j.new_epoch(NS, 2) == NewEpochResponse(
-        1, PrepareRecoveryResponse(SegmentState(1, 6, True, 1), None, 1, NO_TXID)
-    )
+    phase1 = NewEpochResponse(1, PrepareRecoveryResponse(SegmentState(1, 6, True, 1), None, 1, NO_TXID))
+    assert j.new_epoch(NS, 2) == phase1
+    assert reads == []
+    j = env.restart(j)  # a restarted node has to read it, once
+    reads = counting_reads(j)
+    assert j.new_epoch(NS, 3) == phase1
     assert reads == [inprogress_name(1)]
-    j.finalize_log_segment(Writer(2).req(), 1, 6, copy_epoch=1)
+    j.finalize_log_segment(Writer(3).req(), 1, 6, copy_epoch=1)
     reads.clear()
-    assert j.new_epoch(NS, 3) == NewEpochResponse(
+    assert j.new_epoch(NS, 4) == NewEpochResponse(
         1, PrepareRecoveryResponse(SegmentState(1, 6, False, 1), None, 1, NO_TXID)
     )
     assert reads == []
     restarted = env.restart(j)  # a restarted node knows nothing and reads it again
     reads = counting_reads(restarted)
-    assert restarted.new_epoch(NS, 4).recovery == PrepareRecoveryResponse(
+    assert restarted.new_epoch(NS, 5).recovery == PrepareRecoveryResponse(
         SegmentState(1, 6, False, 1), None, 1, NO_TXID
     )
     assert reads == [finalized_name(1, 6)]
+
+
+def test_rolling_its_own_segment_reads_nothing_and_knows_what_a_scan_finds(env: Env) -> None:
+    """Finalizing the open segment this node wrote uses what it knows (every frame was verified
+    and synced on arrival) instead of re-reading the file; what it remembers for readers is what
+    a scan of the finalized file finds."""
+    j = env.journal()
+    w = writing(j, epoch=1, upto=9)
+    j.journal([frame(10, 2, epoch=1, seg=1)])
+    reads = counting_reads(j)
+    j.finalize_log_segment(w.req(), 1, 11)
+    assert reads == []
+    data, state = j.read_segment_file(1)
+    assert state == SegmentState(1, 11, False, 1)
+    assert j._finalized_scans[finalized_name(1, 11)] == scan_segment_bytes(data, 1)
+    assert records_of(data)[-2:] == [b"t10", b"t11"]
+    j2 = env.journal("n1")
+    w2 = writing(j2, epoch=1, upto=3)
+    with pytest.raises(OutOfSyncError, match="written only through 3"):
+        j2.finalize_log_segment(w2.req(), 1, 4)
+    j2.finalize_log_segment(w2.req(), 1, 3)
+    assert j2.read_segment_file(1)[1] == SegmentState(1, 3, False, 1)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_what_the_node_knows_of_its_open_segment_is_what_a_scan_finds(env: Env, seed: int) -> None:
+    """Random runs of good frames, refused frames (wrong txid, older epoch, corrupt) and refused
+    frames in the middle of a run: the open segment's own account (used instead of re-reading it
+    on roll and on new_epoch) always equals a scan of the file."""
+    rng = random.Random(seed)
+    j = env.journal()
+    epoch = rng.randint(1, 3)
+    w = writing(j, epoch=epoch, seg=5)
+    nxt = 5
+    for _ in range(rng.randint(1, 25)):
+        run: list[bytes] = []
+        for _ in range(rng.randint(1, 4)):
+            n = rng.randint(1, 5)
+            kind = rng.choice(["good"] * 6 + ["gap", "old_epoch", "corrupt"])
+            if kind == "good":
+                run.append(frame(nxt, n, epoch=epoch, seg=5))
+                nxt += n
+            elif kind == "gap":
+                run.append(frame(nxt + 1, n, epoch=epoch, seg=5))
+            elif kind == "old_epoch":
+                run.append(frame(nxt, n, epoch=epoch - 1 or epoch + 9, seg=5))
+            else:
+                bad = bytearray(frame(nxt, n, epoch=epoch, seg=5))
+                bad[-1] ^= 0xFF
+                run.append(bytes(bad))
+            if kind != "good":
+                break
+        try:
+            j.journal(run)
+        except QJMError:
+            pass
+        nxt = j.get_journal_state().highest_written_txid + 1
+        assert j._open is not None
+        known = j._open.scan_result()
+        assert known is not None
+        data = j.storage.read_segment(SegmentFile(5, None, inprogress_name(5)))
+        assert known == scan_segment_bytes(data, 5)
+    if nxt > 5:
+        j.finalize_log_segment(w.req(), 5, nxt - 1)
+        data, state = j.read_segment_file(5)
+        assert state == SegmentState(5, nxt - 1, False, epoch)
+        assert len(data) == known.valid_end
 
 
 def test_accept_recovery_replaces_a_same_length_copy_from_an_older_writer(env: Env) -> None:
