@@ -104,3 +104,30 @@ def test_a_node_that_acknowledges_nothing_is_dropped_after_lag_wait(
     assert read_all(cluster.uri) == [(i, rec(i)) for i in range(1, 12 + RECORDS)]
     nxt = 11 + RECORDS
     assert inspect_journal(cluster.journal_dir(2)).plain()[f"edits_{nxt:019d}-{nxt:019d}"] == nxt
+
+
+@pytest.mark.parametrize("lag_wait", [0.0, 0.2])
+def test_a_node_stuck_starting_a_segment_is_dropped_not_queued_for(
+    cluster: MiniJournalCluster, lag_wait: float
+) -> None:
+    """Batches for a node that has not answered start_log_segment wait in a backlog; one that
+    stays stuck there is dropped at the queue limit instead of the writer keeping every batch."""
+    w = open_lagging(cluster, lag_wait=lag_wait)
+    slow = w.qjm.loggers.loggers[2]
+    cluster.pause(2)
+    first = w.roll()  # finalize and start reach a quorum without node 2; its calls wait behind it
+    old_link = slow.unacked_bytes()  # what the paused node had not acknowledged of the last segment
+    t, errors = write_in_thread(w, first, first + RECORDS - 1)
+    t.join(60)
+    assert not t.is_alive() and errors == []
+    assert [lg.out_of_sync for lg in w.qjm.loggers.loggers] == [False, False, True]
+    assert slow.unacked_bytes() <= old_link  # nothing of the new segment kept for it
+    cluster.resume(2)
+    w.roll()  # node 2 answers its old calls first, stays out of that segment, rejoins at this one
+    w.append(rec(first + RECORDS))
+    w.close()
+    assert read_all(cluster.uri) == [(i, rec(i)) for i in range(1, first + RECORDS + 1)]
+    plain = inspect_journal(cluster.journal_dir(2)).plain()
+    nxt = first + RECORDS
+    assert plain[f"edits_{nxt:019d}-{nxt:019d}"] == nxt
+    assert not any(name.startswith(f"edits_{first:019d}-") for name in plain)

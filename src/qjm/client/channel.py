@@ -444,16 +444,23 @@ class RemoteLogger:
                 self._drop_backlog(txid, e if isinstance(e, QJMError) else NodeUnavailableError(f"{self._name}: {e}"))
                 raise
             with self._seg_lock:
-                # A successful start brings an out-of-sync node back for the new segment (reference §3.2).
-                self._link = link
-                self._out_of_sync = False
-                backlog = self._take_backlog(txid)
-                for frame, last, fut, commit in backlog:
-                    if isinstance(fut, Delivery):
-                        link.send_untracked(frame, last, commit)
-                        fut.link = link
-                    else:
-                        link.send(frame, last, fut, commit)
+                dropped = txid not in self._starting
+                if not dropped:
+                    # A successful start brings an out-of-sync node back for the new segment (reference §3.2).
+                    self._link = link
+                    self._out_of_sync = False
+                    backlog = self._take_backlog(txid)
+                    for frame, last, fut, commit in backlog:
+                        if isinstance(fut, Delivery):
+                            link.send_untracked(frame, last, commit)
+                            fut.link = link
+                        else:
+                            link.send(frame, last, fut, commit)
+            if dropped:
+                # Its backlog passed the queue limit while it started: it sits this segment out,
+                # like a node dropped on a full send queue.
+                link.close()
+                return
             if backlog and self.native_acks:
                 self._wake_counters()
 
@@ -470,6 +477,25 @@ class RemoteLogger:
                 fut.set_exception(e)
         if backlog and self.native_acks:
             self._wake_counters()
+
+    def _backlog_full(self, nbytes: int) -> NodeTooFarBehindError | None:
+        """The error for a batch that would put the backlog of a segment being started past the
+        queue limit (seg lock held): a node stuck in its start is dropped like one that stopped
+        acknowledging, instead of the writer keeping every batch for it."""
+        limit = self.config.queued_edits_limit_bytes
+        if self._backlog_bytes == 0 or self._backlog_bytes + nbytes <= limit:
+            return None
+        return NodeTooFarBehindError(
+            f"{self._name}: {self._backlog_bytes} bytes kept while the node starts segment "
+            f"{next(reversed(self._starting))}; a batch of {nbytes} would pass the limit of {limit}"
+        )
+
+    def _drop_starting(self, e: QJMError) -> None:
+        """Fail the batches kept for every segment being started: the node sits this segment out."""
+        with self._seg_lock:
+            pending = list(self._starting)
+        for txid in pending:
+            self._drop_backlog(txid, e)
 
     def _hold(self, frame: bytes, last_txid: int, fut: Future[int] | Delivery, commit: bytes | None) -> None:
         """Keep a batch for the segment being started (seg lock held)."""
@@ -667,6 +693,10 @@ class RemoteLogger:
                         f"{self._name}: {queued} bytes unacknowledged; a batch of {len(frame)} would pass the "
                         f"limit of {limit}"
                     )
+                if self._starting:
+                    full = self._backlog_full(len(frame))
+                    if full is not None:
+                        raise full
                 commit = self._commit_notice()
                 fut.add_done_callback(self._on_batch_done)
                 if self._starting:
@@ -680,6 +710,7 @@ class RemoteLogger:
             if not isinstance(e, WriterCrashedError):
                 self._out_of_sync = True
                 if isinstance(e, NodeTooFarBehindError):
+                    self._drop_starting(e)
                     self._close_link()
             if not fut.done():
                 fut.set_exception(e)
@@ -697,6 +728,10 @@ class RemoteLogger:
                 if self._out_of_sync and not self._starting:  # a pending start may bring the node back
                     raise OutOfSyncError(f"{self._name}: out of sync until the next segment")
                 link = self._link
+                if self._starting:
+                    full = self._backlog_full(len(frame))
+                    if full is not None:
+                        raise full
                 commit = self._commit_notice()
                 if self._starting:
                     pending = Delivery()
@@ -709,6 +744,8 @@ class RemoteLogger:
         except QJMError as e:
             if not isinstance(e, WriterCrashedError):
                 self._out_of_sync = True
+                if isinstance(e, NodeTooFarBehindError):
+                    self._drop_starting(e)
             return Delivery(error=e)
 
     def unacked_bytes(self) -> int:
