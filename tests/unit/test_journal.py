@@ -36,6 +36,7 @@ from qjm.protocol.messages import (
     RequestInfo,
     SegmentState,
 )
+from qjm.server import storage as storage_module
 from qjm.server.journal import Journal, JournalHooks
 from qjm.server.storage import (
     DiskStorage,
@@ -794,6 +795,32 @@ def test_what_the_node_knows_of_its_open_segment_is_what_a_scan_finds(env: Env, 
         data, state = j.read_segment_file(5)
         assert state == SegmentState(5, nxt - 1, False, epoch)
         assert len(data) == known.valid_end
+
+
+def test_a_restarted_node_scans_a_large_segment_a_window_at_a_time(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Phase 1 on a restarted node reads its newest segment in windows (it can be gigabytes),
+    and finds what a scan of the whole file finds."""
+    j = env.journal()
+    writing(j, epoch=1)
+    big = [bytes([i % 251]) * 3000 for i in range(40)]
+    txid = 1
+    for k in range(0, len(big), 4):
+        j.journal([bytes(framing.encode_frame(big[k : k + 4], epoch=1, segment_txid=1, first_txid=txid))])
+        txid += 4
+    j = env.restart(j)
+    reads: list[int] = []
+    real = j.storage.read_segment
+
+    def counting(seg: SegmentFile, offset: int = 0, length: int = -1) -> bytes:
+        reads.append(length)
+        return real(seg, offset, length)
+
+    monkeypatch.setattr(j.storage, "read_segment", counting)
+    monkeypatch.setattr(storage_module, "SCAN_WINDOW", 16 * 1024)
+    assert j.new_epoch(NS, 2).recovery == PrepareRecoveryResponse(SegmentState(1, 40, True, 1), None, 1, NO_TXID)
+    assert len(reads) > 7 and max(reads) == 16 * 1024  # 120 KiB of frames, never more than a window at once
+    whole = scan_segment_bytes(real(SegmentFile(1, None, inprogress_name(1))), 1)
+    assert (whole.frame_count, whole.last_txid, whole.tail) == (10, 40, "clean")
 
 
 def test_accept_recovery_replaces_a_same_length_copy_from_an_older_writer(env: Env) -> None:

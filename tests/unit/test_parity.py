@@ -18,7 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from qjm.errors import CorruptFrameError
-from qjm.protocol.frame import FRAME_HEADER
+from qjm.protocol.frame import FRAME_HEADER, FRAME_HEADER_SIZE, SEGMENT_HEADER_SIZE
+from qjm.server.storage import scan_segment_bytes, scan_segment_windows
 
 py = importlib.import_module("qjm._native.framing_py")
 c = importlib.import_module("qjm._native.framing_c")  # an import failure is an error, not a skip
@@ -160,6 +161,32 @@ def test_scan(data: st.DataObject, seg: tuple[bytes, int]) -> None:
 
 
 @PARITY
+@given(data=st.data(), seg=segments())
+def test_scan_carrying_on_from_an_earlier_window(data: st.DataObject, seg: tuple[bytes, int]) -> None:
+    """``expected_txid``, ``last_epoch`` and ``base`` (a window of a larger file) in both twins."""
+    buf, start = seg
+    buf = damage(data.draw, buf)
+    offset = data.draw(st.sampled_from([64, 0, len(buf)]))
+    expected = data.draw(st.one_of(st.none(), st.integers(min_value=0, max_value=2**64 + 5), st.just(start)))
+    last_epoch = data.draw(st.integers(min_value=0, max_value=200))
+    base = data.draw(st.integers(min_value=0, max_value=2**40))
+    kw = {"expected_txid": expected, "last_epoch": last_epoch, "base": base}
+    a = outcome(c.scan, buf, start, offset, **kw)
+    assert a == outcome(py.scan, buf, start, offset, **kw)
+    plain = c.scan(buf, start, offset)
+    if expected in (None, start) and last_epoch == 0:  # the defaults: the same walk, shifted by base
+        assert a.value.valid_end == plain.valid_end + base
+        assert (a.value.frame_count, a.value.last_txid, a.value.tail) == (
+            plain.frame_count,
+            plain.last_txid,
+            plain.tail,
+        )
+    for bad in ({"base": -1}, {"expected_txid": -1}, {"last_epoch": -1}, {"last_epoch": 2**64}):
+        assert outcome(c.scan, buf, start, offset, **bad).exc_type is ValueError
+        assert outcome(py.scan, buf, start, offset, **bad).exc_type is ValueError
+
+
+@PARITY
 @given(data=st.data(), records=records_st, ids=frame_ids())
 def test_verify_frame_on_damaged_input(data: st.DataObject, records: list[bytes], ids: tuple[int, int, int]) -> None:
     epoch, seg, first = ids
@@ -271,3 +298,29 @@ def test_large_inputs() -> None:
         assert c.iter_frames(seg[:cut], 9) == py.iter_frames(seg[:cut], 9)
     big = bytes(range(256)) * 100_000
     assert c.xxh3_64(big) == py.xxh3_64(big)
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.data(), seg=segments())
+def test_a_file_scanned_a_window_at_a_time_scans_as_a_whole(data: st.DataObject, seg: tuple[bytes, int]) -> None:
+    """``scan_segment_windows`` (the node's scan of a file that may be gigabytes) returns what a
+    scan of the whole file does, errors included, and never reads more than a window or a frame."""
+    buf, start = seg
+    tail = data.draw(st.sampled_from(["none", "none", "zeros", "zeros_then_garbage", "garbage"]))
+    if tail != "none":
+        buf += bytes(data.draw(st.integers(min_value=0, max_value=700)))
+    if tail in ("zeros_then_garbage", "garbage"):
+        buf += data.draw(st.binary(min_size=1, max_size=90))
+    buf = damage(data.draw, buf)
+    window = data.draw(st.integers(min_value=1, max_value=700))
+    claimed = data.draw(st.sampled_from([start] * 6 + [start + 1]))
+    reads: list[int] = []
+
+    def read(offset: int, length: int) -> bytes:
+        assert offset >= 0 and length > 0
+        reads.append(length)
+        return buf[offset : offset + length]
+
+    assert outcome(scan_segment_windows, read, claimed, window) == outcome(scan_segment_bytes, buf, claimed)
+    largest_frame = FRAME_HEADER_SIZE + 8 * (4 + 80)  # segments(): up to 8 records of up to 80 bytes
+    assert max(reads) <= max(window, SEGMENT_HEADER_SIZE + FRAME_HEADER_SIZE, largest_frame)

@@ -43,8 +43,21 @@ def decode_records(buf: Buffer, offset: int = 0) -> list[bytes]:
 
 def encode_segment_header(start_txid: int, epoch: int) -> bytes: ...
 def decode_segment_header(buf: Buffer) -> SegmentHeader: ...
-def scan(buf: Buffer, start_txid: int, offset: int = 64) -> ScanResult:
-    """Walk the frames of a segment from ``offset``: each must verify and continue the txids."""
+def scan(
+    buf: Buffer,
+    start_txid: int,
+    offset: int = 64,
+    *,
+    expected_txid: int | None = None,
+    last_epoch: int = 0,
+    base: int = 0,
+) -> ScanResult:
+    """Walk the frames of a segment from ``offset``: each must verify and continue the txids.
+
+    To scan a large file a window at a time: ``buf`` holds the bytes from file offset ``base``,
+    ``expected_txid`` and ``last_epoch`` carry on from the previous window; offsets in the result
+    and its error are file offsets.
+    """
 
 def iter_frames(buf: Buffer, start_txid: int, offset: int = 64) -> list[tuple[FrameHeader, int]]:
     """(header, offset) of every valid frame, stopping where ``scan`` would stop."""

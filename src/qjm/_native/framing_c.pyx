@@ -668,12 +668,15 @@ def decode_segment_header(buf):
     return SegmentHeader(start_txid=start, epoch=epoch)
 
 
-cdef object _scan_obj(object buf, object start_txid, Py_ssize_t offset, scan_state *s):
+cdef object _scan_obj(object buf, object start_txid, Py_ssize_t offset, scan_state *s,
+                      object expected_txid=None, object last_epoch=0, Py_ssize_t base=0):
     # Run the nogil scan loop over buf; returns the ScanResult. `s` keeps where it stopped.
     cdef Py_buffer v
     cdef uint64_t st = 0
     cdef bint st_bad = False
     _check_offset(offset)
+    if base < 0:
+        raise ValueError(f"base must be >= 0, not {base}")
     start = operator.index(start_txid)
     if 0 <= start <= 0xFFFFFFFFFFFFFFFF:
         st = <uint64_t>start
@@ -682,6 +685,20 @@ cdef object _scan_obj(object buf, object start_txid, Py_ssize_t offset, scan_sta
     memset(s, 0, sizeof(scan_state))
     s.pos = offset
     s.expected = st
+    if expected_txid is not None:
+        expected_txid = operator.index(expected_txid)
+        if expected_txid < 0:
+            raise ValueError(f"expected_txid must be >= 0, not {expected_txid}")
+        if expected_txid > 0xFFFFFFFFFFFFFFFF:
+            s.expected_over = True   # past the last txid: no frame can continue
+        else:
+            s.expected = <uint64_t>expected_txid
+    else:
+        expected_txid = start
+    last_epoch = operator.index(last_epoch)
+    if not 0 <= last_epoch <= 0xFFFFFFFFFFFFFFFF:
+        raise ValueError(f"last_epoch out of range: {last_epoch}")
+    s.last_epoch = <uint64_t>last_epoch
     PyObject_GetBuffer(buf, &v, PyBUF_SIMPLE)
     try:
         if v.len - offset >= NOGIL_MIN:
@@ -695,27 +712,34 @@ cdef object _scan_obj(object buf, object start_txid, Py_ssize_t offset, scan_sta
         expected = <object>s.last_first + <object>s.last_count
         first = s.first
     else:
-        expected = start_txid
+        expected = expected_txid
         first = 0
+    at = base + s.pos
     error = ""
     if s.stop == 1:
-        e = _frame_error(s.rc, &s.h, s.pos)
+        e = _frame_error(s.rc, &s.h, at)
         error = f"{e.reason}: {e}"
     elif s.stop == 2:
         error = (
-            f"txid: frame at offset {s.pos} holds segment {s.h.segment_txid} txids {s.h.first_txid}.. "
+            f"txid: frame at offset {at} holds segment {s.h.segment_txid} txids {s.h.first_txid}.. "
             f"but {expected} was expected in segment {start_txid}"
         )
     elif s.stop == 3:
-        error = f"epoch: frame at offset {s.pos} has epoch {s.h.epoch} below the previous frame's {s.last_epoch}"
-    return ScanResult(valid_end=s.pos, frame_count=s.count, first_txid=first, last_txid=expected - 1,
+        error = f"epoch: frame at offset {at} has epoch {s.h.epoch} below the previous frame's {s.last_epoch}"
+    return ScanResult(valid_end=at, frame_count=s.count, first_txid=first, last_txid=expected - 1,
                       last_epoch=s.last_epoch, tail="torn" if error else "clean", error=error)
 
 
-def scan(buf, start_txid, Py_ssize_t offset=QJM_SEGMENT_HEADER_SIZE):
-    """Walk the frames of a segment from ``offset``: each must verify and continue the txids."""
+def scan(buf, start_txid, Py_ssize_t offset=QJM_SEGMENT_HEADER_SIZE, *, expected_txid=None, last_epoch=0,
+         Py_ssize_t base=0):
+    """Walk the frames of a segment from ``offset``: each must verify and continue the txids.
+
+    To scan a large file a window at a time: ``buf`` holds the bytes from file offset ``base``,
+    ``expected_txid`` and ``last_epoch`` carry on from the previous window; offsets in the result
+    and its error are file offsets.
+    """
     cdef scan_state s
-    return _scan_obj(buf, start_txid, offset, &s)
+    return _scan_obj(buf, start_txid, offset, &s, expected_txid, last_epoch, base)
 
 
 def iter_frames(buf, start_txid, Py_ssize_t offset=QJM_SEGMENT_HEADER_SIZE):

@@ -114,17 +114,21 @@ class FrameBuilder:
 
 def decode_header(buf: Buffer, offset: int = 0) -> FrameHeader:
     """Parse and check a frame header (magic, version, checksum, bounds); not the payload."""
-    mv = memoryview(buf)
-    if len(mv) - offset < FRAME_HEADER_SIZE:
+    return _decode_header(memoryview(buf), offset, offset)
+
+
+def _decode_header(mv: memoryview, pos: int, offset: int) -> FrameHeader:
+    """``decode_header`` at ``pos`` of ``mv``, naming ``offset`` (the file offset) in its errors."""
+    if len(mv) - pos < FRAME_HEADER_SIZE:
         raise TornTailError(
-            f"frame header at offset {offset} is cut short ({len(mv) - offset} of {FRAME_HEADER_SIZE} bytes)",
+            f"frame header at offset {offset} is cut short ({len(mv) - pos} of {FRAME_HEADER_SIZE} bytes)",
             reason="short_header",
             offset=offset,
         )
-    (magic, version, flags, count, plen, epoch, seg, first, pxxh, reserved, hxxh) = FRAME_HEADER.unpack_from(mv, offset)
+    (magic, version, flags, count, plen, epoch, seg, first, pxxh, reserved, hxxh) = FRAME_HEADER.unpack_from(mv, pos)
     if magic != FRAME_MAGIC:
         raise CorruptFrameError(f"bad frame magic {magic:#010x} at offset {offset}", reason="magic", offset=offset)
-    if _xxh3(mv[offset : offset + FRAME_HEADER_CHECKED]) != hxxh:
+    if _xxh3(mv[pos : pos + FRAME_HEADER_CHECKED]) != hxxh:
         raise CorruptFrameError(
             f"frame header checksum mismatch at offset {offset}", reason="header_checksum", offset=offset
         )
@@ -180,9 +184,13 @@ def _check_records(payload: memoryview, count: int, offset: int) -> None:
 
 def verify_frame(buf: Buffer, offset: int = 0) -> FrameHeader:
     """Check a whole frame at ``offset``: header, payload checksum and record layout."""
-    h = decode_header(buf, offset)
-    mv = memoryview(buf)
-    start = offset + FRAME_HEADER_SIZE
+    return _verify_frame(memoryview(buf), offset, offset)
+
+
+def _verify_frame(mv: memoryview, pos: int, offset: int) -> FrameHeader:
+    """``verify_frame`` at ``pos`` of ``mv``, naming ``offset`` (the file offset) in its errors."""
+    h = _decode_header(mv, pos, offset)
+    start = pos + FRAME_HEADER_SIZE
     if len(mv) - start < h.payload_len:
         raise TornTailError(
             f"frame at offset {offset} is cut short ({len(mv) - start} of {h.payload_len} payload bytes)",
@@ -256,35 +264,52 @@ def _all_zero(mv: memoryview) -> bool:
     return not any(mv.tobytes()) if len(mv) <= 1 << 16 else mv.tobytes().count(0) == len(mv)
 
 
-def scan(buf: Buffer, start_txid: int, offset: int = SEGMENT_HEADER_SIZE) -> ScanResult:
+def scan(
+    buf: Buffer,
+    start_txid: int,
+    offset: int = SEGMENT_HEADER_SIZE,
+    *,
+    expected_txid: int | None = None,
+    last_epoch: int = 0,
+    base: int = 0,
+) -> ScanResult:
     """Walk the frames of a segment from ``offset``: each must verify and continue the txids.
 
     Stops at the first thing that is not the next valid frame; the caller decides what to do
     with a torn tail (the node truncates in-progress segments, never finalized ones).
+
+    To scan a large file a window at a time: ``buf`` holds the bytes from file offset ``base``,
+    ``expected_txid`` and ``last_epoch`` carry on from the previous window; offsets in the result
+    and its error are file offsets.
     """
     mv = memoryview(buf)
+    if base < 0:
+        raise ValueError(f"base must be >= 0, not {base}")
+    if expected_txid is not None and expected_txid < 0:
+        raise ValueError(f"expected_txid must be >= 0, not {expected_txid}")
+    if not 0 <= last_epoch <= 0xFFFFFFFFFFFFFFFF:
+        raise ValueError(f"last_epoch out of range: {last_epoch}")
     pos = offset
     count = 0
     first = 0
-    expected = start_txid
-    last_epoch = 0
+    expected = start_txid if expected_txid is None else expected_txid
     error = ""
     while pos < len(mv):
         if mv[pos : pos + 4].tobytes() == b"\0\0\0\0" and _all_zero(mv[pos:]):
             break
         try:
-            h = verify_frame(mv, pos)
+            h = _verify_frame(mv, pos, base + pos)
         except CorruptFrameError as e:
             error = f"{e.reason}: {e}"
             break
         if h.segment_txid != start_txid or h.first_txid != expected:
             error = (
-                f"txid: frame at offset {pos} holds segment {h.segment_txid} txids {h.first_txid}.. "
+                f"txid: frame at offset {base + pos} holds segment {h.segment_txid} txids {h.first_txid}.. "
                 f"but {expected} was expected in segment {start_txid}"
             )
             break
         if h.epoch < last_epoch:
-            error = f"epoch: frame at offset {pos} has epoch {h.epoch} below the previous frame's {last_epoch}"
+            error = f"epoch: frame at offset {base + pos} has epoch {h.epoch} below the previous frame's {last_epoch}"
             break
         if count == 0:
             first = h.first_txid
@@ -294,7 +319,7 @@ def scan(buf: Buffer, start_txid: int, offset: int = SEGMENT_HEADER_SIZE) -> Sca
         pos += h.frame_len
     tail = "clean" if not error else "torn"
     return ScanResult(
-        valid_end=pos,
+        valid_end=base + pos,
         frame_count=count,
         first_txid=first,
         last_txid=expected - 1,

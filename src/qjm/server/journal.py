@@ -48,6 +48,7 @@ from qjm.server.storage import (
     finalized_name,
     inprogress_name,
     scan_segment_bytes,
+    scan_segment_windows,
 )
 
 log = logging.getLogger("qjm.journal")
@@ -628,15 +629,15 @@ class Journal:
             del self._finalized_scans[next(iter(self._finalized_scans))]
 
     def _scan_file(self, seg: SegmentFile, *, repair: bool) -> framing.ScanResult | None:
-        data = self.storage.read_segment(seg)
-        if len(data) < SEGMENT_HEADER_SIZE and seg.in_progress:
-            if repair:
-                log.warning("journal %s: %s has no complete header; moving it aside", self.journal_id, seg.name)
-                self.storage.move_aside(seg, ".empty")
-            return None
         try:
-            res = scan_segment_bytes(data, seg.start)
+            # a window at a time: a segment can be gigabytes
+            res = scan_segment_windows(lambda offset, n: self.storage.read_segment(seg, offset, n), seg.start)
         except CorruptFrameError as e:
+            if seg.in_progress and e.reason == "short_header":  # shorter than a segment header
+                if repair:
+                    log.warning("journal %s: %s has no complete header; moving it aside", self.journal_id, seg.name)
+                    self.storage.move_aside(seg, ".empty")
+                return None
             if not seg.in_progress:
                 raise
             if repair:

@@ -36,8 +36,8 @@ from typing import Concatenate, ParamSpec, Protocol, TypeVar
 
 from qjm._native import framing, segment_io
 from qjm.config import validate_journal_id
-from qjm.errors import NotFoundError, StorageError
-from qjm.protocol.frame import SEGMENT_HEADER_SIZE
+from qjm.errors import CorruptFrameError, NotFoundError, StorageError
+from qjm.protocol.frame import FRAME_HEADER_SIZE, SEGMENT_HEADER_SIZE
 from qjm.protocol.messages import NamespaceInfo, PersistedPaxosData, SegmentState
 from qjm.server.durable_long import FILE_SIZE as _DURABLE_FILE_SIZE
 from qjm.server.durable_long import DurableLong, read_long_file
@@ -540,7 +540,75 @@ def scan_segment_bytes(data: bytes, start: int) -> framing.ScanResult:
     """Scan a whole segment file's bytes: header first, then frames."""
     h = framing.decode_segment_header(data)
     if h.start_txid != start:
-        from qjm.errors import CorruptFrameError
-
         raise CorruptFrameError(f"segment file header says start {h.start_txid}, name says {start}", reason="segment")
     return framing.scan(data, start, SEGMENT_HEADER_SIZE)
+
+
+SCAN_WINDOW = 8 * 1024 * 1024
+
+
+def scan_segment_windows(
+    read: Callable[[int, int], bytes], start: int, window: int | None = None
+) -> framing.ScanResult:
+    """``scan_segment_bytes`` of a file read ``window`` bytes at a time (``read(offset, length)``,
+    short only at the end of the file): the same result, errors included, holding one window (or
+    one frame, up to 64 MiB) in memory instead of the whole file, which can be gigabytes."""
+    window = need = max(window or SCAN_WINDOW, SEGMENT_HEADER_SIZE + FRAME_HEADER_SIZE)  # a whole header in any
+    buf, base = read(0, need), 0
+    if len(buf) < need:
+        return scan_segment_bytes(buf, start)
+    h = framing.decode_segment_header(buf)
+    if h.start_txid != start:
+        raise CorruptFrameError(f"segment file header says start {h.start_txid}, name says {start}", reason="segment")
+    count, first, expected, last_epoch, offset = 0, 0, start, 0, SEGMENT_HEADER_SIZE
+    while True:
+        r = framing.scan(buf, start, offset, expected_txid=expected, last_epoch=last_epoch, base=base)
+        count += r.frame_count
+        first = first or r.first_txid
+        expected, last_epoch = r.last_txid + 1, r.last_epoch
+        done = r
+        if (
+            len(buf) == need
+            and r.valid_end == base + offset
+            and r.tail == "torn"
+            and r.error.startswith("short_payload:")
+        ):
+            # A frame longer than what is left of the window: read it whole.
+            need = max(window, FRAME_HEADER_SIZE + framing.decode_header(buf, offset).payload_len)
+        elif len(buf) == need and r.valid_end == base + offset and r.tail == "clean":
+            # Zeros to the end of the window: clean only if zeros run to the end of the file.
+            pos, nonzero = base + len(buf), False
+            while not nonzero:
+                chunk = read(pos, window)
+                nonzero = chunk.count(0) != len(chunk)
+                pos += len(chunk)
+                if len(chunk) < window:
+                    break
+            if nonzero:  # what a scan of the whole file says of a frame of zeros at this offset
+                done = framing.scan(
+                    bytes(FRAME_HEADER_SIZE) + b"\1",
+                    start,
+                    0,
+                    expected_txid=expected,
+                    last_epoch=last_epoch,
+                    base=r.valid_end,
+                )
+            return _scanned(done, count, first)
+        elif len(buf) < need or r.valid_end == base + offset:
+            return _scanned(done, count, first)  # the end of the file, or a fault that is one
+        else:
+            need = window
+        base, offset = r.valid_end, 0
+        buf = read(base, need)
+
+
+def _scanned(r: framing.ScanResult, count: int, first: int) -> framing.ScanResult:
+    return framing.ScanResult(
+        valid_end=r.valid_end,
+        frame_count=count,
+        first_txid=first,
+        last_txid=r.last_txid,
+        last_epoch=r.last_epoch,
+        tail=r.tail,
+        error=r.error,
+    )
