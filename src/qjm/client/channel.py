@@ -10,6 +10,7 @@ out of sync until the next ``start_log_segment`` (design §4).
 from __future__ import annotations
 
 import collections
+import encodings.idna  # noqa: F401  (socket.create_connection encodes host names with it; see below)
 import logging
 import queue
 import socket
@@ -51,6 +52,10 @@ from qjm.protocol.messages import (
 from qjm.protocol.rpcmeta import CLIENT_GRPC_OPTIONS, ERROR_CODE_KEY, rpc_code
 
 log = logging.getLogger("qjm.channel")
+
+# The idna codec is imported above, not on a writer's first data-link connect: there it cost a
+# standby process about 3 ms of CPU (the codec, stringprep, their regular expressions) in the
+# middle of its takeover.
 T = TypeVar("T")
 _CHANNEL_OPTIONS = tuple(CLIENT_GRPC_OPTIONS)
 
