@@ -46,6 +46,24 @@ def test_size_closes_batches_and_they_pipeline(icluster: MiniJournalCluster) -> 
     assert all(h.payload_len <= 4096 + 300 for h, _ in frames)
 
 
+def test_append_many_keeps_the_records_before_one_too_large(icluster: MiniJournalCluster) -> None:
+    """A record that cannot fit in any frame is refused; the ones before it keep their txids and
+    are committed, and the writer carries on after it (the batch-by-size loop runs natively)."""
+    from qjm.protocol.frame import MAX_PAYLOAD
+    from qjm.testing.util import read_all
+
+    w = qjm.open_writer(icluster.uri, create=True, batch_bytes=4096)
+    records = iter([txn_data(i) for i in range(1, 301)] + [bytes(MAX_PAYLOAD), b"never taken"])
+    with pytest.raises(ValueError, match="does not fit"):
+        w.append_many(records)
+    assert w.last_txid == 300
+    assert list(records) == [b"never taken"]
+    assert w.append(b"next") == 301
+    assert w.sync() == 301
+    w.close()
+    assert read_all(icluster.uri) == [(i, txn_data(i)) for i in range(1, 301)] + [(301, b"next")]
+
+
 def test_roll_and_close_finalize_segments(icluster: MiniJournalCluster) -> None:
     with qjm.open_writer(icluster.uri, create=True) as w:
         w.append(b"a")

@@ -509,3 +509,34 @@ def test_threads_share_a_segment(framing: ModuleType) -> None:
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(lambda _: framing.scan(seg, 1), range(32)))
     assert results == [want] * 32
+
+
+def test_fill_stops_at_the_limit_and_says_when_the_records_ran_out(framing: ModuleType) -> None:
+    b = framing.FrameBuilder()
+    it = iter([b"a" * 10, b"b" * 10, b"c" * 10, b"d"])
+    assert b.fill(it, 20) is False  # 14 bytes < 20: a second record; 28 >= 20: stop there
+    assert (b.count, b.nbytes) == (2, 28)
+    assert b.fill(it, 20) is False  # already at the limit: takes nothing
+    assert b.count == 2
+    first = b.take(epoch=1, segment_txid=1, first_txid=1)
+    assert framing.decode_records(first) == [b"a" * 10, b"b" * 10]
+    assert b.fill(it, 1 << 20) is True
+    assert framing.decode_records(b.take(epoch=1, segment_txid=1, first_txid=3)) == [b"c" * 10, b"d"]
+    assert b.fill(it, 1 << 20) is True  # an exhausted iterator adds nothing
+    assert b.count == 0
+
+
+def test_fill_refuses_a_record_that_does_not_fit_and_keeps_the_others(framing: ModuleType) -> None:
+    b = framing.FrameBuilder()
+    big = bytes(MAX_PAYLOAD // 2)
+    it = iter([b"x", big, big, b"after"])
+    with pytest.raises(ValueError):
+        b.fill(it, MAX_PAYLOAD + 1)
+    assert b.count == 2  # x and the first big one; the refused one was taken from the iterator
+    assert list(it) == [b"after"]
+    b = framing.FrameBuilder()
+    with pytest.raises(TypeError):
+        b.fill([b"not", b"an iterator"], 100)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        b.fill(iter([b"ok", 5]), 100)  # type: ignore[list-item]
+    assert b.count == 1

@@ -324,3 +324,21 @@ def test_a_file_scanned_a_window_at_a_time_scans_as_a_whole(data: st.DataObject,
     assert outcome(scan_segment_windows, read, claimed, window) == outcome(scan_segment_bytes, buf, claimed)
     largest_frame = FRAME_HEADER_SIZE + 8 * (4 + 80)  # segments(): up to 8 records of up to 80 bytes
     assert max(reads) <= max(window, SEGMENT_HEADER_SIZE + FRAME_HEADER_SIZE, largest_frame)
+
+
+@PARITY
+@given(
+    recs=st.lists(st.one_of(st.binary(max_size=300), st.integers(0, 3)), max_size=40),
+    limits=st.lists(st.integers(min_value=0, max_value=2000), min_size=1, max_size=6),
+)
+def test_fill_parity(recs: list[bytes | int], limits: list[int]) -> None:
+    """fill: the same batches, the same stopping points and the same errors on both twins."""
+    bc, bp = c.FrameBuilder(), py.FrameBuilder()
+    ic, ip = iter(recs), iter(recs)
+    for limit in limits:
+        a, b = outcome(bc.fill, ic, limit), outcome(bp.fill, ip, limit)
+        assert a == b
+        assert (bc.count, bc.nbytes) == (bp.count, bp.nbytes)
+        if bc.count:
+            assert bc.take(epoch=1, segment_txid=1, first_txid=1) == bp.take(epoch=1, segment_txid=1, first_txid=1)
+    assert list(ic) == list(ip)

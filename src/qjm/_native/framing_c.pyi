@@ -1,6 +1,6 @@
 """Stub of the compiled framing module; same API as ``framing_py`` (checked by mypy.stubtest)."""
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from typing_extensions import Buffer, disjoint_base
 
@@ -28,6 +28,14 @@ class FrameBuilder:
         """Add every record of an iterable of buffers, or every row of a 2-D C-contiguous uint8 array.
 
         Returns the number of records in the open batch.
+        """
+
+    def fill(self, records: Iterator[Buffer], limit: int) -> bool:
+        """Add records from the iterator ``records`` while the batch holds fewer than ``limit``
+        payload bytes; returns True once the iterator is exhausted.
+
+        The writer closes a batch at ``batch_bytes``: this keeps that per-record decision out of a
+        Python loop. A record refused as too large has been taken from the iterator.
         """
 
     def take(self, *, epoch: int, segment_txid: int, first_txid: int) -> bytes: ...

@@ -347,6 +347,9 @@ def encode_frame(records, *, epoch, segment_txid, first_txid):
     return b._take(e, s, f)
 
 
+cdef object _END = object()  # FrameBuilder.fill: the iterator ended
+
+
 cdef class FrameBuilder:
     """Accumulates records of the open batch; ``take`` frames them and starts a new batch."""
 
@@ -563,6 +566,33 @@ cdef class FrameBuilder:
         """
         self._add_many(records, True)
         return self._count
+
+    def fill(self, records, Py_ssize_t limit):
+        """Add records from the iterator ``records`` while the batch holds fewer than ``limit``
+        payload bytes; returns True once the iterator is exhausted.
+
+        The writer closes a batch at ``batch_bytes``: this keeps that per-record decision out of a
+        Python loop. A record refused as too large has been taken from the iterator.
+        """
+        cdef object end = _END
+        cdef object r
+        cdef bint done = False
+        if self._busy:
+            raise RuntimeError("FrameBuilder is already in use (by another thread or a re-entrant call)")
+        self._busy = True
+        try:
+            while self._used - HDR + self._pending < limit:
+                r = next(records, end)
+                if r is end:
+                    done = True
+                    break
+                self._push(r, True)
+        finally:
+            try:
+                self._flush()
+            finally:
+                self._busy = False
+        return done
 
     def take(self, *, epoch, segment_txid, first_txid):
         if self._busy:

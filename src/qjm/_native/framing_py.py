@@ -6,7 +6,7 @@ tests cross-check two implementations rather than one (style-anchors R4).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import xxhash
@@ -35,6 +35,7 @@ from qjm.protocol.frame import (
 Buffer = bytes | bytearray | memoryview
 
 _xxh3 = xxhash.xxh3_64_intdigest
+_END = object()  # FrameBuilder.fill: the iterator ended
 
 
 def xxh3_64(data: Buffer) -> int:
@@ -100,6 +101,16 @@ class FrameBuilder:
         for r in records:
             self.add(r)
         return self._count
+
+    def fill(self, records: Iterator[Buffer], limit: int) -> bool:
+        """Add records from the iterator ``records`` while the batch holds fewer than ``limit``
+        payload bytes; returns True once the iterator is exhausted."""
+        while self._nbytes < limit:
+            r = next(records, _END)
+            if r is _END:
+                return True
+            self.add(r)  # type: ignore[arg-type]
+        return False
 
     def take(self, *, epoch: int, segment_txid: int, first_txid: int) -> bytes:
         if self._count == 0:

@@ -106,10 +106,16 @@ class Writer:
         with self._lock:
             self._check()
             limit = self.config.batch_bytes
-            for record in records:  # batches still close by size, as with append()
-                self._builder.add(record)
-                self._next_txid += 1
-                if self._builder.nbytes >= limit:
+            builder = self._builder
+            it = iter(records)
+            done = False
+            while not done:  # batches still close by size, as with append()
+                before = builder.count
+                try:
+                    done = builder.fill(it, limit)  # no Python per record on the native builder
+                finally:
+                    self._next_txid += builder.count - before
+                if builder.nbytes >= limit:
                     self._flush()
             self._after_add()
             return self._next_txid - 1
