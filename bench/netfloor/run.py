@@ -64,6 +64,18 @@ def run_mode(binary: Path, mode: str, directory: Path, rounds: int) -> dict[str,
     return result
 
 
+def machine_load() -> str:
+    """Load average and I/O pressure right now: other work on the machine skews every figure."""
+    parts: list[str] = []
+    for name, path in (("loadavg", "/proc/loadavg"), ("io pressure", "/proc/pressure/io")):
+        try:
+            with open(path) as f:
+                parts.append(f"{name}: {f.readline().strip()}")
+        except OSError:
+            pass
+    return "; ".join(parts)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=3000, help="rounds per run, warm-up (200) included (default 3000)")
@@ -86,12 +98,14 @@ def main(argv: list[str] | None = None) -> int:
         else:
             data = tmp / "data"
             data.mkdir()
+        load_before = machine_load()
         runs: list[dict[str, dict[str, Any]]] = []
         for i in range(a.repeats):
             order = ["local", "net"] if i % 2 == 0 else ["net", "local"]
             if a.nosync:
                 order.append("netnosync")
             runs.append({mode: run_mode(binary, mode, data, a.rounds) for mode in order})
+        load_after = machine_load()
 
     ratio50 = [r["net"]["p50_us"] / r["local"]["p50_us"] for r in runs]
     ratio99 = [r["net"]["p99_us"] / r["local"]["p99_us"] for r in runs]
@@ -102,10 +116,12 @@ def main(argv: list[str] | None = None) -> int:
     print("|" + "---|" * (head.count("|") - 1))
     for i, r in enumerate(runs):
         cells = " | ".join(f"{r[m]['p50_us']:.1f} | {r[m]['p99_us']:.1f}" for m in modes)
-        order = " ".join(m[0].upper() if m != "netnosync" else "S" for m in r)
-        print(f"| {i + 1} | {order} | {cells} | {ratio50[i]:.2f} | {ratio99[i]:.2f} |")
+        seq = " ".join(m[0].upper() if m != "netnosync" else "S" for m in r)
+        print(f"| {i + 1} | {seq} | {cells} | {ratio50[i]:.2f} | {ratio99[i]:.2f} |")
     med50, med99 = statistics.median(ratio50), statistics.median(ratio99)
     print(f"median net/local: p50 {med50:.2f}x, p99 {med99:.2f}x")
+    print(f"before: {load_before}")
+    print(f"after:  {load_after}")
     direct = all(r[m]["o_direct"] for r in runs for m in ("local", "net"))
     if not direct:
         print("note: O_DIRECT was refused somewhere; buffered I/O was used")
@@ -118,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
                     "median_ratio_p50": med50,
                     "median_ratio_p99": med99,
                     "o_direct": direct,
+                    "load_before": load_before,
+                    "load_after": load_after,
                 }
             )
         )

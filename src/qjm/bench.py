@@ -126,8 +126,9 @@ def floor_latency(base: str, rounds: int) -> list[float]:
     return [sorted(lat[i][k] for i in range(3))[1] for k in range(rounds)]
 
 
-def floor_throughput(base: str, size: int, seconds: float) -> float:
-    """Records/s of the quorum: three appenders each writing full batches, one fdatasync per batch."""
+def floor_throughput(base: str, size: int, seconds: float, cpu: dict[int, dict[str, float]]) -> float:
+    """Records/s of the quorum: three appenders each writing full batches, one fdatasync per batch.
+    ``cpu[size]``: the CPU they spent per record (per replica set, like the writer's records)."""
     from qjm._native import segment_io
 
     per = _records_per_batch(size)
@@ -149,9 +150,85 @@ def floor_throughput(base: str, size: int, seconds: float) -> float:
         counts[i] = n
         a.close()
 
+    before = _cpu_seconds([])
     _three(appender)
     rates = sorted(c / e for c, e in zip(counts, elapsed, strict=True))
+    cpu[size] = _cpu_per_record(before, _cpu_seconds([]), sum(counts) // 3)
     return rates[1]
+
+
+CEILING_RECORDS = 1020  # 1 KiB records per frame of the bandwidth ceiling: frames of about 1 MiB
+
+
+def floor_bandwidth(base: str, seconds: float) -> float:
+    """Bytes/s of the quorum when batches are large: three appenders writing ~1 MiB frames, one
+    fdatasync each, with the node's write pattern (preallocation included). No per-batch cost is
+    left to amortise, so this is the most the disk carries for three replicas, whatever the code."""
+    from qjm._native import segment_io
+
+    frame = _frame([os.urandom(1024)] * CEILING_RECORDS, 1)
+    rates = [0.0, 0.0, 0.0]
+    barrier = threading.Barrier(3)
+
+    def appender(i: int) -> None:
+        a = segment_io.Appender(os.path.join(base, f"ceiling-{i}"), _segment_header())
+        barrier.wait()
+        t0 = time.perf_counter()
+        n = 0
+        while time.perf_counter() - t0 < seconds:
+            a.append(frame)
+            a.sync()
+            n += len(frame)
+        rates[i] = n / (time.perf_counter() - t0)
+        a.close()
+
+    _three(appender)
+    return sorted(rates)[1]
+
+
+def floor_raw_bandwidth(base: str, seconds: float) -> float:
+    """Bytes/s of three threads appending 1 MiB O_DIRECT writes to files they extend, one fdatasync
+    each: the disk's bandwidth with no preallocation (which writes every byte twice, zeros first)."""
+    import mmap
+
+    rates = [0.0, 0.0, 0.0]
+    barrier = threading.Barrier(3)
+
+    def writer(i: int) -> None:
+        fd = os.open(os.path.join(base, f"raw-{i}"), os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o600)
+        with mmap.mmap(-1, 1 << 20) as buf:  # page-aligned, as O_DIRECT wants
+            buf.write(os.urandom(1 << 20))
+            barrier.wait()
+            t0 = time.perf_counter()
+            n = 0
+            while time.perf_counter() - t0 < seconds:
+                n += os.pwrite(fd, buf, n)
+                os.fdatasync(fd)
+            rates[i] = n / (time.perf_counter() - t0)
+        os.close(fd)
+
+    _three(writer)
+    return sorted(rates)[1]
+
+
+def _cpu_seconds(pids: list[int]) -> tuple[float, float]:
+    """(user, kernel) CPU seconds so far of this process and of ``pids``, every thread included."""
+    t = os.times()
+    user, kernel = t.user, t.system
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()  # fields from the 3rd on: utime, stime are 14, 15
+        user += int(fields[11]) / tick
+        kernel += int(fields[12]) / tick
+    return user, kernel
+
+
+def _cpu_per_record(before: tuple[float, float], after: tuple[float, float], records: int) -> dict[str, float]:
+    return {
+        "cpu_user_ns": (after[0] - before[0]) / records * 1e9,
+        "cpu_kernel_ns": (after[1] - before[1]) / records * 1e9,
+    }
 
 
 def _slot_file(path: str) -> int:
@@ -212,8 +289,15 @@ def floor_failover(base: str, reps: int) -> list[float]:
 
 def worker_floor(base: str, cfg: dict[str, float]) -> dict[str, Any]:
     out: dict[str, Any] = {"latency": floor_latency(base, int(cfg["rounds"]))}
+    cpu: dict[int, dict[str, float]] = {}
     for size in RECORD_SIZES:
-        out[f"tput{size}"] = floor_throughput(base, size, cfg["seconds"])
+        out[f"tput{size}"] = floor_throughput(base, size, cfg["seconds"], cpu)
+        out[f"tput{size}_cpu"] = cpu[size]
+    out["ceiling_bps"] = floor_bandwidth(base, cfg["seconds"])
+    try:
+        out["raw_ceiling_bps"] = floor_raw_bandwidth(base, cfg["seconds"])
+    except OSError as e:  # a file system that refuses O_DIRECT: the appender's ceiling stands alone
+        out["raw_ceiling_error"] = str(e)
     out["failover"] = floor_failover(base, max(3, int(cfg["failovers"])))
     return out
 
@@ -240,9 +324,11 @@ def worker_qjm(base: str, cfg: dict[str, float]) -> dict[str, Any]:
             w.sync()
             lat.append(time.perf_counter() - t)
         out["latency"] = lat
+        pids = [n.proc.pid for n in c.nodes if n.proc is not None]
         for size in RECORD_SIZES:
             w.roll()
             chunk = [os.urandom(size)] * 1000
+            before = _cpu_seconds(pids)
             t0 = time.perf_counter()
             n = 0
             while time.perf_counter() - t0 < cfg["seconds"]:
@@ -250,6 +336,7 @@ def worker_qjm(base: str, cfg: dict[str, float]) -> dict[str, Any]:
                 n += len(chunk)
             w.sync()
             out[f"tput{size}"] = n / (time.perf_counter() - t0)
+            out[f"tput{size}_cpu"] = _cpu_per_record(before, _cpu_seconds(pids), n)  # writer + 3 nodes
             # A node more than queued_edits_limit_bytes behind is dropped until the next segment
             # (Hadoop's rule): then the figure is for two replicas, and the table says so.
             out[f"tput{size}_in_sync"] = sum(not lg.out_of_sync for lg in w.qjm.loggers.loggers)
@@ -405,7 +492,25 @@ def _summarise(raw: dict[str, Any]) -> dict[str, Any]:
         s[f"tput{size}_rps"] = raw[f"tput{size}"]
         s[f"tput{size}_mbps"] = raw[f"tput{size}"] * size / 1e6
         s[f"tput{size}_in_sync"] = raw.get(f"tput{size}_in_sync", 3)
+        for k, v in raw.get(f"tput{size}_cpu", {}).items():
+            s[f"tput{size}_{k}"] = v
+    if "ceiling_bps" in raw:
+        s["ceiling_mbps"] = raw["ceiling_bps"] / 1e6
+        for size in RECORD_SIZES:
+            s[f"ceiling{size}_rps"] = raw["ceiling_bps"] / _disk_bytes_per_record(size)
+    if "raw_ceiling_bps" in raw:
+        s["raw_ceiling_mbps"] = raw["raw_ceiling_bps"] / 1e6
+        for size in RECORD_SIZES:
+            s[f"raw_ceiling{size}_rps"] = raw["raw_ceiling_bps"] / _disk_bytes_per_record(size)
     return s
+
+
+def _disk_bytes_per_record(size: int) -> float:
+    """What one record of ``size`` bytes costs in a segment: its length prefix and its share of the
+    frame header of the Writer's batches."""
+    from qjm.protocol.frame import FRAME_HEADER_SIZE, RECORD_PREFIX_SIZE
+
+    return size + RECORD_PREFIX_SIZE + FRAME_HEADER_SIZE / _records_per_batch(size)
 
 
 ROWS = [
@@ -415,6 +520,10 @@ ROWS = [
     ("throughput 100 B records", "tput100_mbps", "MB/s", "higher"),
     ("throughput 1 KiB records", "tput1024_rps", "rec/s", "higher"),
     ("throughput 1 KiB records", "tput1024_mbps", "MB/s", "higher"),
+    ("CPU per 100 B record, user space (writer + nodes)", "tput100_cpu_user_ns", "ns", "lower"),
+    ("CPU per 100 B record, kernel (writer + nodes)", "tput100_cpu_kernel_ns", "ns", "lower"),
+    ("CPU per 1 KiB record, user space (writer + nodes)", "tput1024_cpu_user_ns", "ns", "lower"),
+    ("CPU per 1 KiB record, kernel (writer + nodes)", "tput1024_cpu_kernel_ns", "ns", "lower"),
     ("failover p50 (fence+recover+commit), standby process", "failover_p50_ms", "ms", "lower"),
     ("failover p50, cold process", "failover_cold_p50_ms", "ms", "lower"),
     ("failover p50, new writer in the old one's process", "failover_same_process_p50_ms", "ms", "lower"),
@@ -438,10 +547,10 @@ def table(result: dict[str, Any]) -> str:
         "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for label, key, unit, better in ROWS:
-        ratio_np = (p[key] / n[key]) if better == "lower" else (n[key] / p[key])
+        ratio_np = _ratio(p[key], n[key]) if better == "lower" else _ratio(n[key], p[key])
         lines.append(
-            f"| {label} | {unit} | {_fmt(f[key])} | {_fmt(n[key])} | {n[key] / f[key]:.2f}x | {_fmt(p[key])} "
-            f"| {p[key] / f[key]:.2f}x | {ratio_np:.1f}x better |"
+            f"| {label} | {unit} | {_fmt(f[key])} | {_fmt(n[key])} | {_ratio(n[key], f[key]):.2f}x | {_fmt(p[key])} "
+            f"| {_ratio(p[key], f[key]):.2f}x | {ratio_np:.1f}x better |"
         )
     for who, v in (("native", n), ("pure", p)):
         for size in RECORD_SIZES:
@@ -451,6 +560,9 @@ def table(result: dict[str, Any]) -> str:
                     "end: a node fell more than queued_edits_limit_bytes behind and was dropped until the next "
                     "segment, so that figure is for fewer replicas than the floor's."
                 )
+    if "ceiling_mbps" in f:
+        lines.append("")
+        lines.append(ceiling_note(result["summary"]))
     m = result["machine"]
     lines.append("")
     lines.append(
@@ -458,6 +570,34 @@ def table(result: dict[str, Any]) -> str:
         f"{m['filesystem']} at {m['directory']}, load {m['loadavg_before'][0]:.1f} before / "
         f"{m['loadavg_after'][0]:.1f} after; capabilities {m['capabilities']}; commit {m['commit'] or '?'}"
     )
+    return "\n".join(lines)
+
+
+NATIVE_OVER_PURE_TARGET = 10.0  # the issue's native >= 10x pure on throughput
+
+
+def ceiling_note(summary: dict[str, Any]) -> str:
+    """How far the disk lets throughput go: qjm native's share of the bandwidth ceiling, and what
+    the native >= 10x pure target would need of it."""
+    f, n, p = (summary[k] for k in ("floor", "native", "pure"))
+    lines = [
+        f"disk ceiling, the node's write pattern (three appenders writing ~1 MiB frames into preallocated "
+        f"segments, one fdatasync each): {f['ceiling_mbps']:.0f} MB/s each"
+    ]
+    if "raw_ceiling_mbps" in f:
+        raw = f["raw_ceiling_mbps"]
+        lines[0] += f"; with no preallocation (1 MiB O_DIRECT writes extending the file): {raw:.0f} MB/s"
+    for size in RECORD_SIZES:
+        ceiling = f[f"ceiling{size}_rps"]
+        need = NATIVE_OVER_PURE_TARGET * p[f"tput{size}_rps"]
+        share = _ratio(n[f"tput{size}_rps"], ceiling)
+        line = (
+            f"- {size} B records: at most {_fmt(ceiling)}/s; native reaches {share:.0%} of it;"
+            f" {NATIVE_OVER_PURE_TARGET:.0f}x pure would be {_fmt(need)}/s = {_ratio(need, ceiling):.2f}x it"
+        )
+        if "raw_ceiling_mbps" in f:
+            line += f" ({_ratio(need, f[f'raw_ceiling{size}_rps']):.2f}x the ceiling with no preallocation)"
+        lines.append(line)
     return "\n".join(lines)
 
 

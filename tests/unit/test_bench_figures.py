@@ -1,0 +1,55 @@
+"""The arithmetic behind ``qjm bench``'s derived figures: CPU per record and the disk's ceiling."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from qjm import bench
+from qjm.protocol.frame import FRAME_HEADER_SIZE, RECORD_PREFIX_SIZE
+
+
+def test_a_record_costs_its_prefix_and_its_share_of_the_frame_header() -> None:
+    per = bench._records_per_batch(100)
+    assert per * (100 + RECORD_PREFIX_SIZE) >= bench.BATCH_BYTES > (per - 1) * (100 + RECORD_PREFIX_SIZE)
+    assert bench._disk_bytes_per_record(100) == 100 + RECORD_PREFIX_SIZE + FRAME_HEADER_SIZE / per
+
+
+def test_cpu_seconds_counts_another_process() -> None:
+    """A child that burns CPU, then waits for its stdin to close, is read while still alive."""
+    burn = "import sys,time\nt=time.process_time()\nwhile time.process_time()-t<0.3: pass\nprint('done',flush=True)\n"
+    burn += "sys.stdin.read()\n"
+    child = subprocess.Popen([sys.executable, "-c", burn], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "done\n"
+        mine = bench._cpu_seconds([])
+        both = bench._cpu_seconds([child.pid])
+        assert sum(both) - sum(mine) >= 0.25  # process_time() is a system call: user and kernel
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait()
+    per = bench._cpu_per_record((1.0, 2.0), (1.5, 2.25), 1000)
+    assert per == {"cpu_user_ns": 500_000.0, "cpu_kernel_ns": 250_000.0}
+
+
+def test_ceiling_figures_and_the_note() -> None:
+    raw = {
+        "latency": [0.0001],
+        "failover": [0.002],
+        "tput100": 1e6,
+        "tput1024": 1e5,
+        "ceiling_bps": 500e6,
+        "raw_ceiling_bps": 1000e6,
+        "tput100_cpu": {"cpu_user_ns": 10.0, "cpu_kernel_ns": 20.0},
+    }
+    floor = bench._summarise(raw)
+    assert floor["ceiling100_rps"] == 500e6 / bench._disk_bytes_per_record(100)
+    assert floor["raw_ceiling1024_rps"] == 1000e6 / bench._disk_bytes_per_record(1024)
+    assert floor["tput100_cpu_user_ns"] == 10.0
+    native = dict(floor, tput100_rps=floor["ceiling100_rps"] / 2, tput1024_rps=floor["ceiling1024_rps"])
+    pure = dict(floor, tput100_rps=floor["ceiling100_rps"] / 10, tput1024_rps=floor["ceiling1024_rps"] / 5)
+    note = bench.ceiling_note({"floor": floor, "native": native, "pure": pure})
+    assert "500 MB/s each" in note and "1000 MB/s" in note
+    assert "native reaches 50% of it; 10x pure would be" in note and "= 1.00x it (0.50x" in note
+    assert "native reaches 100% of it" in note and "= 2.00x it (1.00x" in note
