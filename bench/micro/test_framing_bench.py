@@ -31,6 +31,24 @@ def test_build_batch(benchmark: BenchmarkFixture, load: Callable[[str], ModuleTy
 
 
 @pytest.mark.parametrize("size", SIZES)
+def test_build_batch_packed(benchmark: BenchmarkFixture, load: Callable[[str], ModuleType], size: int) -> None:
+    """The same batch from one buffer + offsets (no Python object per record on the native side)."""
+    import array
+
+    framing = load("framing")
+    recs = records(size)
+    data = b"".join(recs)
+    offsets = array.array("q", range(0, len(data) + 1, size))
+
+    def build() -> bytes:
+        b = framing.FrameBuilder()
+        b.add_many(data, offsets)
+        return bytes(b.take(epoch=1, segment_txid=1, first_txid=1))
+
+    assert benchmark(build) == framing.encode_frame(recs, epoch=1, segment_txid=1, first_txid=1)
+
+
+@pytest.mark.parametrize("size", SIZES)
 def test_append_one_by_one(benchmark: BenchmarkFixture, load: Callable[[str], ModuleType], size: int) -> None:
     framing = load("framing")
     rec = os.urandom(size)

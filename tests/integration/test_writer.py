@@ -64,6 +64,30 @@ def test_append_many_keeps_the_records_before_one_too_large(icluster: MiniJourna
     assert read_all(icluster.uri) == [(i, txn_data(i)) for i in range(1, 301)] + [(301, b"next")]
 
 
+def test_append_many_packed_records_numpy_rows_and_offsets(icluster: MiniJournalCluster) -> None:
+    """The two packed forms: the rows of a 2-D uint8 array, and one buffer with offsets. Both close
+    batches at batch_bytes like any other append and come back as the same records."""
+    import numpy as np
+
+    from qjm._native import framing
+    from qjm.testing.util import read_all
+
+    w = qjm.open_writer(icluster.uri, create=True, batch_bytes=4096)
+    rows = np.frombuffer(b"".join(txn_data(i)[:24].ljust(24, b"-") for i in range(1, 1001)), dtype=np.uint8)
+    rows = rows.reshape(1000, 24)
+    assert w.append_many(rows) == 1000
+    recs = [txn_data(i) * (i % 5) for i in range(1001, 3001)]  # sizes 0..~100, empty ones too
+    offsets = np.cumsum([0] + [len(r) for r in recs], dtype=np.int64)
+    assert w.append_many(b"".join(recs), offsets) == 3000
+    assert w.sync() == 3000
+    w.close()
+    got = read_all(icluster.uri)
+    assert got == [(i, bytes(rows[i - 1])) for i in range(1, 1001)] + [(i, recs[i - 1001]) for i in range(1001, 3001)]
+    with open(os.path.join(icluster.journal_dir(0), f"edits_{1:019d}-{3000:019d}"), "rb") as f:
+        frames = framing.iter_frames(f.read(), 1)
+    assert len(frames) > 20 and all(h.payload_len < 4096 + 200 for h, _ in frames)
+
+
 def test_roll_and_close_finalize_segments(icluster: MiniJournalCluster) -> None:
     with qjm.open_writer(icluster.uri, create=True) as w:
         w.append(b"a")

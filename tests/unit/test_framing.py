@@ -540,3 +540,92 @@ def test_fill_refuses_a_record_that_does_not_fit_and_keeps_the_others(framing: M
     with pytest.raises(TypeError):
         b.fill(iter([b"ok", 5]), 100)  # type: ignore[list-item]
     assert b.count == 1
+
+
+# --- packed records: one buffer + offsets, or the rows of a 2-D array -----------------------------
+
+
+def test_add_many_with_offsets_reads_records_in_place(framing: ModuleType) -> None:
+    import array
+
+    np = pytest.importorskip("numpy")
+    recs = [b"alpha", b"", b"gamma-delta", b"e"]
+    data = b"SKIP" + b"".join(recs) + b"TAIL"  # offsets need not start at 0 nor end at the end
+    ends = np.cumsum([4] + [len(r) for r in recs])
+    for offsets in (
+        np.concatenate([[4], ends[1:]]).astype(np.int64),
+        np.concatenate([[4], ends[1:]]).astype(np.uint32),
+        array.array("q", [4, *ends[1:].tolist()]),
+        array.array("H", [4, *ends[1:].tolist()]),
+    ):
+        b = framing.FrameBuilder()
+        b.add(b"head")
+        assert b.add_many(data, offsets) == 5
+        assert framing.decode_records(b.take(epoch=1, segment_txid=1, first_txid=1)) == [b"head", *recs]
+    b = framing.FrameBuilder()
+    assert b.add_many(bytearray(data), array.array("q", [0])) == 0  # no records: one offset
+
+
+def test_bad_offsets_are_refused_and_the_records_before_them_kept(framing: ModuleType) -> None:
+    import array
+
+    np = pytest.importorskip("numpy")
+    data = b"0123456789"
+    cases: list[tuple[object, object, type[Exception]]] = [
+        (data, array.array("q", [0, 4, 2]), ValueError),  # going backwards
+        (data, array.array("q", [0, 4, 11]), ValueError),  # past the end of the data
+        (data, array.array("q", [-1, 4]), ValueError),  # negative
+        (data, array.array("Q", [0, 4, 2**64 - 1]), ValueError),  # past INT64_MAX reads as negative
+        (data, array.array("d", [0.0, 4.0]), ValueError),  # not integers
+        (data, np.zeros((2, 2), dtype=np.int64), ValueError),  # not 1-D
+        (data, np.arange(8, dtype=np.int64)[::2], ValueError),  # not contiguous
+        (data, array.array("q"), ValueError),  # not even one entry
+        (data, [0, 4], TypeError),  # not a buffer
+        ([b"0123", b"4567"], array.array("q", [0, 4]), TypeError),  # records not one buffer
+        (np.arange(20, dtype=np.uint8)[::2], array.array("q", [0, 4]), ValueError),  # records not contiguous
+    ]
+    for records, offsets, exc in cases:
+        b = framing.FrameBuilder()
+        with pytest.raises(exc):
+            b.add_many(records, offsets)  # type: ignore[arg-type]
+        if exc is ValueError and isinstance(offsets, array.array) and len(offsets) == 3:
+            assert framing.decode_records(b.take(epoch=1, segment_txid=1, first_txid=1)) == [b"0123"]
+        else:
+            assert b.count == 0
+    with pytest.raises(ValueError, match="does not fit"):
+        framing.FrameBuilder().add_many(bytes(MAX_PAYLOAD), array.array("q", [0, MAX_PAYLOAD]))
+
+
+def test_fill_packed_stops_at_the_limit_from_any_start(framing: ModuleType) -> None:
+    import array
+
+    np = pytest.importorskip("numpy")
+    data = b"".join(bytes([i]) * 6 for i in range(10))
+    offsets = array.array("q", range(0, 61, 6))
+    b = framing.FrameBuilder()
+    assert b.fill_packed(data, 0, 25, offsets) == 3  # 10 bytes a record: 30 >= 25
+    assert b.nbytes == 30
+    assert b.fill_packed(data, 3, 25, offsets) == 3  # at the limit already: nothing taken
+    b.take(epoch=1, segment_txid=1, first_txid=1)
+    assert b.fill_packed(data, 3, 1000, offsets) == 10
+    assert framing.decode_records(b.take(epoch=1, segment_txid=1, first_txid=4)) == [
+        bytes([i]) * 6 for i in range(3, 10)
+    ]
+    rows = np.arange(30, dtype=np.uint8).reshape(10, 3)
+    assert b.fill_packed(rows, 4, 14) == 6  # 7 bytes a row
+    assert framing.decode_records(b.take(epoch=1, segment_txid=1, first_txid=1)) == [bytes(r) for r in rows[4:6]]
+    assert b.fill_packed(rows, 10, 100) == 10 and b.count == 0
+    for bad_start in (-1, 11):
+        with pytest.raises(ValueError):
+            b.fill_packed(rows, bad_start, 100)
+        with pytest.raises(ValueError):
+            b.fill_packed(data, bad_start, 100, offsets)
+    with pytest.raises(ValueError):
+        b.fill_packed(rows, 0, -1)
+    with pytest.raises(ValueError):
+        b.fill_packed(data, 0, 100)  # 1-D without offsets: not rows
+    with pytest.raises(ValueError):
+        b.fill_packed(rows[:, ::2], 0, 100)  # rows not contiguous
+    with pytest.raises(TypeError):
+        b.fill_packed([b"x"], 0, 100)  # type: ignore[arg-type]
+    assert b.count == 0

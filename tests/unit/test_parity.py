@@ -7,6 +7,7 @@ Every property runs both modules on the same input and compares what they return
 from __future__ import annotations
 
 import importlib
+import itertools
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -342,3 +343,65 @@ def test_fill_parity(recs: list[bytes | int], limits: list[int]) -> None:
         if bc.count:
             assert bc.take(epoch=1, segment_txid=1, first_txid=1) == bp.take(epoch=1, segment_txid=1, first_txid=1)
     assert list(ic) == list(ip)
+
+
+@st.composite
+def packed(draw: st.DrawFn) -> tuple[bytes, list[int]]:
+    """(data, offsets): records back to back after a random lead, the offsets sometimes broken (a
+    step back, one past the end, a negative one)."""
+    recs = draw(st.lists(st.binary(max_size=200), max_size=30))
+    lead = draw(st.binary(max_size=8))
+    offsets = [len(lead)]
+    for r in recs:
+        offsets.append(offsets[-1] + len(r))
+    data = lead + b"".join(recs) + draw(st.binary(max_size=8))
+    if offsets and draw(st.booleans()):
+        i = draw(st.integers(0, len(offsets) - 1))
+        offsets[i] = draw(st.sampled_from([-1, len(data) + 1, max(0, offsets[i] - 1)]))
+    return data, offsets
+
+
+@PARITY
+@given(p=packed(), width=st.sampled_from([8, 4, 2]), limits=st.lists(st.integers(0, 3000), min_size=1, max_size=5))
+def test_packed_parity(p: tuple[bytes, list[int]], width: int, limits: list[int]) -> None:
+    """add_many with offsets and fill_packed: the same bytes, stopping points and errors on both
+    twins, and the same frames as the records given one by one when the offsets are sound."""
+    data, offsets = p
+    dtype = {8: np.int64, 4: np.int32, 2: np.uint16}[width]
+    if width == 2 and (min(offsets) < 0 or max(offsets) >= 2**16):
+        dtype = np.int64
+    off = np.array(offsets, dtype=dtype)
+    bc, bp = c.FrameBuilder(), py.FrameBuilder()
+    assert outcome(bc.add_many, data, off) == outcome(bp.add_many, data, off)
+    fc = outcome(bc.take, epoch=1, segment_txid=1, first_txid=1)
+    assert fc == outcome(bp.take, epoch=1, segment_txid=1, first_txid=1)
+    sound = all(0 <= a <= b <= len(data) for a, b in itertools.pairwise(offsets)) and offsets[0] >= 0
+    if sound and len(offsets) > 1:
+        expected = [data[a:b] for a, b in itertools.pairwise(offsets)]
+        assert fc.value == c.encode_frame(expected, epoch=1, segment_txid=1, first_txid=1)
+    sc = sp = 0
+    for limit in limits:
+        a, b = outcome(bc.fill_packed, data, sc, limit, off), outcome(bp.fill_packed, data, sp, limit, off)
+        assert a == b
+        if a.exc_type is not None:
+            break
+        sc, sp = a.value, b.value
+        assert (bc.count, bc.nbytes) == (bp.count, bp.nbytes)
+        if bc.count:
+            assert bc.take(epoch=1, segment_txid=1, first_txid=1) == bp.take(epoch=1, segment_txid=1, first_txid=1)
+
+
+@PARITY
+@given(
+    rows=st.integers(0, 40),
+    width=st.integers(0, 50),
+    starts=st.lists(st.tuples(st.integers(-1, 45), st.integers(0, 600)), min_size=1, max_size=5),
+)
+def test_fill_packed_rows_parity(rows: int, width: int, starts: list[tuple[int, int]]) -> None:
+    arr = np.arange(rows * width, dtype=np.uint8).reshape(rows, width)
+    bc, bp = c.FrameBuilder(), py.FrameBuilder()
+    for start, limit in starts:
+        assert outcome(bc.fill_packed, arr, start, limit) == outcome(bp.fill_packed, arr, start, limit)
+        assert (bc.count, bc.nbytes) == (bp.count, bp.nbytes)
+    if bc.count:
+        assert bc.take(epoch=1, segment_txid=1, first_txid=1) == bp.take(epoch=1, segment_txid=1, first_txid=1)

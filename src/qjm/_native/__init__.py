@@ -1,7 +1,11 @@
 """The one place that chooses between the Cython hot path and its pure-Python twins.
 
-``QJM_NO_EXTENSIONS=1`` forces the pure backend. Otherwise the compiled modules are required:
-a broken native build fails loudly instead of silently benchmarking Python (style-anchors 7.3).
+``QJM_NO_EXTENSIONS=1`` forces the pure backend. Otherwise the compiled module of each role is
+used; a build without them (``QJM_NO_EXTENSIONS=1`` at build time) runs the twins quietly, but a
+compiled module that is there and fails to import (a wheel that was not repaired, on a machine
+without liburing or libxxhash) raises a ``RuntimeWarning`` naming the error instead of silently
+running Python ten times slower (style-anchors 7.3); ``QJM_REQUIRE_NATIVE=1`` makes it an
+``ImportError``. ``capabilities()["fallbacks"]`` lists every fallback.
 """
 
 from __future__ import annotations
@@ -57,6 +61,16 @@ def _load(role: str) -> tuple[ModuleType, str]:
             if os.environ.get("QJM_REQUIRE_NATIVE") == "1":
                 raise ImportError(f"qjm: native module {role}_c is required but failed to import: {e}") from e
             _fallbacks.append(f"{role}: {e}")
+            if not (isinstance(e, ModuleNotFoundError) and e.name == f"qjm._native.{role}_c"):
+                import warnings
+
+                warnings.warn(
+                    f"qjm: the compiled {role}_c is installed but failed to import ({e}); running the "
+                    "pure-Python twin, much slower. Install the repaired wheel (README: Native hot path) "
+                    "or set QJM_NO_EXTENSIONS=1 to choose the twins.",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
     return import_module(f"qjm._native.{role}_py"), "python"
 
 

@@ -55,6 +55,13 @@ cdef extern from *:
     """
 
 
+cdef struct offsets_t:             # a 1-D buffer of record offsets, read in place
+    const char *p
+    Py_ssize_t n                    # entries: records + 1
+    int size                        # bytes per entry
+    bint signed
+
+
 cdef class FrameBuilder:
     # One malloc'd buffer: QJM_FRAME_HEADER_SIZE bytes reserved for the header, then the payload.
     cdef unsigned char *_buf
@@ -73,5 +80,8 @@ cdef class FrameBuilder:
     cdef int _push(self, object record, bint limit) except -1
     cdef int _add_rows(self, const unsigned char *base, Py_ssize_t nrows, Py_ssize_t width, bint limit) except -1
     cdef int _add_many(self, object records, bint limit) except -1
+    cdef Py_ssize_t _add_packed(self, const unsigned char *data, Py_ssize_t dlen, const offsets_t *o,
+                                Py_ssize_t start, Py_ssize_t limit) except -1
+    cdef Py_ssize_t _packed(self, object records, object offsets, Py_ssize_t start, Py_ssize_t limit) except -1
     cdef bytes _take(self, uint64_t epoch, uint64_t segment_txid, uint64_t first_txid)
     cdef void _reset(self) noexcept

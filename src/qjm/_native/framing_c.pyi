@@ -24,10 +24,21 @@ class FrameBuilder:
         """Payload bytes so far (record prefixes included)."""
 
     def add(self, record: Buffer) -> None: ...
-    def add_many(self, records: Iterable[Buffer]) -> int:
-        """Add every record of an iterable of buffers, or every row of a 2-D C-contiguous uint8 array.
+    def add_many(self, records: Iterable[Buffer] | Buffer, offsets: Buffer | None = None) -> int:
+        """Add every record of an iterable of buffers, or every row of a 2-D C-contiguous uint8 array,
+        or, with ``offsets``, every record packed back to back in the one buffer ``records``: record
+        i is ``records[offsets[i]:offsets[i + 1]]`` (``offsets``: n + 1 non-decreasing integers in a
+        1-D buffer, such as a numpy int64 array or ``array('q')``).
 
         Returns the number of records in the open batch.
+        """
+
+    def fill_packed(self, records: Buffer, start: int, limit: int, offsets: Buffer | None = None) -> int:
+        """From record ``start`` of a packed input (the rows of a 2-D C-contiguous uint8 array, or
+        ``records`` + ``offsets`` as in ``add_many``), add records while the batch holds fewer than
+        ``limit`` payload bytes; returns the index of the first record not added.
+
+        The writer closes batches at ``batch_bytes`` this way with no Python object per record.
         """
 
     def fill(self, records: Iterator[Buffer], limit: int) -> bool:

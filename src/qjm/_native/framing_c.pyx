@@ -8,6 +8,7 @@
 
 from cpython.buffer cimport (
     PyBUF_C_CONTIGUOUS,
+    PyBUF_FORMAT,
     PyBUF_SIMPLE,
     PyBuffer_Release,
     PyObject_CheckBuffer,
@@ -15,7 +16,7 @@ from cpython.buffer cimport (
 )
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
-from libc.stdint cimport UINT64_MAX, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport UINT64_MAX, int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcmp, memcpy, memset
 
@@ -222,6 +223,50 @@ cdef void _copy_rows(unsigned char *out, const unsigned char *base, Py_ssize_t n
         if n:
             memcpy(out, base + i * width, n)
             out += n
+
+
+cdef inline int64_t _offset_at(const offsets_t *o, Py_ssize_t i) noexcept nogil:
+    # An unsigned 64-bit entry past INT64_MAX reads as negative: refused as out of range.
+    if o.size == 8:
+        return (<const int64_t *>o.p)[i]
+    if o.size == 4:
+        return (<const int32_t *>o.p)[i] if o.signed else <int64_t>(<const uint32_t *>o.p)[i]
+    if o.size == 2:
+        return (<const int16_t *>o.p)[i] if o.signed else <int64_t>(<const uint16_t *>o.p)[i]
+    return (<const int8_t *>o.p)[i] if o.signed else <int64_t>(<const uint8_t *>o.p)[i]
+
+
+cdef int _get_offsets(object offsets, Py_buffer *ov, offsets_t *o) except -1:
+    """Borrow ``offsets`` as native integers (the caller releases ``ov``); the twin checks the same."""
+    cdef bytes fmt
+    if not PyObject_CheckBuffer(offsets):
+        raise TypeError(f"offsets must be a buffer of integers, not {type(offsets).__name__}")
+    try:
+        PyObject_GetBuffer(offsets, ov, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS)
+    except (BufferError, ValueError, TypeError):
+        raise ValueError("offsets must be one C-contiguous buffer of integers") from None
+    fmt = (ov.format if ov.format != NULL else b"B").lstrip(b"@=<")
+    if ov.ndim != 1 or len(fmt) != 1 or fmt not in b"bBhHiIlLqQnN" or ov.itemsize not in (1, 2, 4, 8):
+        PyBuffer_Release(ov)
+        raise ValueError("offsets must be a 1-D buffer of native integers (numpy int64, array('q'), ...)")
+    if ov.shape[0] < 1:
+        PyBuffer_Release(ov)
+        raise ValueError("offsets must hold at least one entry (n records need n + 1)")
+    o.p = <const char *>ov.buf
+    o.n = ov.shape[0]
+    o.size = <int>ov.itemsize
+    o.signed = fmt.islower()
+    return 0
+
+
+cdef int _get_data(object records, Py_buffer *v) except -1:
+    if not PyObject_CheckBuffer(records):
+        raise TypeError(f"records with offsets must be one buffer, not {type(records).__name__}")
+    try:
+        PyObject_GetBuffer(records, v, PyBUF_SIMPLE)
+    except (BufferError, ValueError, TypeError):
+        raise ValueError("records with offsets must be one C-contiguous buffer") from None
+    return 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -559,13 +604,108 @@ cdef class FrameBuilder:
         finally:
             self._busy = False
 
-    def add_many(self, records):
-        """Add every record of an iterable of buffers, or every row of a 2-D C-contiguous uint8 array.
+    cdef Py_ssize_t _add_packed(self, const unsigned char *data, Py_ssize_t dlen, const offsets_t *o,
+                                Py_ssize_t start, Py_ssize_t limit) except -1:
+        # Records start.. of data (record i = data[o[i]:o[i+1]]) while the payload is below `limit`
+        # (< 0: all of them); returns the first record not added. No Python object per record.
+        cdef Py_ssize_t i = start
+        cdef Py_ssize_t nrec = o.n - 1
+        cdef int64_t a, b
+        cdef uint32_t n
+        cdef unsigned char *out
+        while i < nrec and (limit < 0 or self._used - HDR < limit):
+            a = _offset_at(o, i)
+            b = _offset_at(o, i + 1)
+            if a < 0 or b < a or b > dlen:
+                raise ValueError(f"offsets[{i}:{i + 2}] = [{a}, {b}] is not a range of the {dlen}-byte records buffer")
+            if self._used - HDR + PREFIX + (b - a) > MAX_PAYLOAD:
+                raise ValueError(f"record of {b - a} bytes does not fit in a frame (limit {MAX_PAYLOAD} bytes)")
+            self._reserve(PREFIX + (b - a))
+            out = self._buf + self._used
+            n = <uint32_t>(b - a)
+            memcpy(out, &n, PREFIX)
+            if n:
+                memcpy(out + PREFIX, data + a, n)
+            self._used += PREFIX + n
+            self._count += 1
+            i += 1
+        return i
+
+    cdef Py_ssize_t _packed(self, object records, object offsets, Py_ssize_t start, Py_ssize_t limit) except -1:
+        cdef Py_buffer v
+        cdef Py_buffer ov
+        cdef offsets_t o
+        _get_data(records, &v)
+        try:
+            _get_offsets(offsets, &ov, &o)
+            try:
+                if start < 0 or start > o.n - 1:
+                    raise ValueError(f"start {start} is outside the {o.n - 1} records")
+                return self._add_packed(<const unsigned char *>v.buf, v.len, &o, start, limit)
+            finally:
+                PyBuffer_Release(&ov)
+        finally:
+            PyBuffer_Release(&v)
+
+    def add_many(self, records, offsets=None):
+        """Add every record of an iterable of buffers, or every row of a 2-D C-contiguous uint8 array,
+        or, with ``offsets``, every record packed back to back in the one buffer ``records``: record
+        i is ``records[offsets[i]:offsets[i + 1]]`` (``offsets``: n + 1 non-decreasing integers in a
+        1-D buffer, such as a numpy int64 array or ``array('q')``).
 
         Returns the number of records in the open batch.
         """
-        self._add_many(records, True)
+        if offsets is None:
+            self._add_many(records, True)
+            return self._count
+        if self._busy:
+            raise RuntimeError("FrameBuilder is already in use (by another thread or a re-entrant call)")
+        self._busy = True
+        try:
+            self._packed(records, offsets, 0, -1)
+        finally:
+            self._busy = False
         return self._count
+
+    def fill_packed(self, records, Py_ssize_t start, Py_ssize_t limit, offsets=None):
+        """From record ``start`` of a packed input (the rows of a 2-D C-contiguous uint8 array, or
+        ``records`` + ``offsets`` as in ``add_many``), add records while the batch holds fewer than
+        ``limit`` payload bytes; returns the index of the first record not added.
+
+        The writer closes batches at ``batch_bytes`` this way with no Python object per record.
+        """
+        cdef Py_buffer v
+        cdef Py_ssize_t per, k, nrows
+        if self._busy:
+            raise RuntimeError("FrameBuilder is already in use (by another thread or a re-entrant call)")
+        if limit < 0:
+            raise ValueError(f"limit must be >= 0, not {limit}")
+        self._busy = True
+        try:
+            if offsets is not None:
+                return self._packed(records, offsets, start, limit)
+            if not PyObject_CheckBuffer(records):
+                raise TypeError(f"packed records must be a 2-D buffer or come with offsets, not {type(records).__name__}")
+            try:
+                PyObject_GetBuffer(records, &v, PyBUF_C_CONTIGUOUS)
+            except (BufferError, ValueError, TypeError):
+                raise ValueError("rows must be one C-contiguous 2-D buffer of bytes") from None
+            try:
+                if v.ndim != 2 or v.itemsize != 1:
+                    raise ValueError("rows must be one C-contiguous 2-D buffer of bytes")
+                nrows = v.shape[0]
+                if start < 0 or start > nrows:
+                    raise ValueError(f"start {start} is outside the {nrows} records")
+                per = PREFIX + v.shape[1]
+                k = 0
+                if self._used - HDR < limit:
+                    k = min(nrows - start, (limit - (self._used - HDR) + per - 1) // per)
+                self._add_rows(<const unsigned char *>v.buf + start * v.shape[1], k, v.shape[1], True)
+                return start + k
+            finally:
+                PyBuffer_Release(&v)
+        finally:
+            self._busy = False
 
     def fill(self, records, Py_ssize_t limit):
         """Add records from the iterator ``records`` while the batch holds fewer than ``limit``

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import xxhash
 
@@ -97,10 +98,86 @@ class FrameBuilder:
         self._count += 1
         self._nbytes += RECORD_PREFIX_SIZE + n
 
-    def add_many(self, records: Iterable[Buffer]) -> int:
-        for r in records:
+    def add_many(self, records: Iterable[Buffer] | Buffer, offsets: Buffer | None = None) -> int:
+        """Add every record of an iterable of buffers, or every row of a 2-D C-contiguous uint8 array,
+        or, with ``offsets``, every record packed back to back in the one buffer ``records``: record
+        i is ``records[offsets[i]:offsets[i + 1]]`` (``offsets``: n + 1 non-decreasing integers in a
+        1-D buffer, such as a numpy int64 array or ``array('q')``).
+
+        Returns the number of records in the open batch.
+        """
+        if offsets is not None:
+            self._add_packed(records, offsets, 0, -1)
+            return self._count
+        rows = _rows(records)
+        if rows is not None:
+            flat, nrows, width = rows
+            for i in range(nrows):
+                self.add(flat[i * width : (i + 1) * width])
+            return self._count
+        for r in cast(Iterable[Buffer], records):
             self.add(r)
         return self._count
+
+    def fill_packed(self, records: Buffer, start: int, limit: int, offsets: Buffer | None = None) -> int:
+        """From record ``start`` of a packed input (the rows of a 2-D C-contiguous uint8 array, or
+        ``records`` + ``offsets`` as in ``add_many``), add records while the batch holds fewer than
+        ``limit`` payload bytes; returns the index of the first record not added."""
+        if limit < 0:
+            raise ValueError(f"limit must be >= 0, not {limit}")
+        if offsets is not None:
+            return self._add_packed(records, offsets, start, limit)
+        try:
+            mv = memoryview(records)
+        except TypeError:
+            raise TypeError(
+                f"packed records must be a 2-D buffer or come with offsets, not {type(records).__name__}"
+            ) from None
+        rows = _rows(mv)
+        if rows is None:
+            raise ValueError("rows must be one C-contiguous 2-D buffer of bytes")
+        flat, nrows, width = rows
+        if not 0 <= start <= nrows:
+            raise ValueError(f"start {start} is outside the {nrows} records")
+        i = start
+        while i < nrows and self._nbytes < limit:
+            self.add(flat[i * width : (i + 1) * width])
+            i += 1
+        return i
+
+    def _add_packed(self, records: object, offsets: object, start: int, limit: int) -> int:
+        try:
+            data = memoryview(records)  # type: ignore[arg-type]
+        except TypeError:
+            raise TypeError(f"records with offsets must be one buffer, not {type(records).__name__}") from None
+        if not data.c_contiguous:
+            raise ValueError("records with offsets must be one C-contiguous buffer")
+        data = data.cast("B")
+        try:
+            off = memoryview(offsets)  # type: ignore[arg-type]
+        except TypeError:
+            raise TypeError(f"offsets must be a buffer of integers, not {type(offsets).__name__}") from None
+        fmt = off.format.lstrip("@=<")
+        if not off.c_contiguous:
+            raise ValueError("offsets must be one C-contiguous buffer of integers")
+        if off.ndim != 1 or len(fmt) != 1 or fmt not in "bBhHiIlLqQnN" or off.itemsize not in (1, 2, 4, 8):
+            raise ValueError("offsets must be a 1-D buffer of native integers (numpy int64, array('q'), ...)")
+        if len(off) < 1:
+            raise ValueError("offsets must hold at least one entry (n records need n + 1)")
+        wide = off.itemsize == 8 and fmt.isupper()  # read as signed 64-bit, as the native twin does
+        nrec = len(off) - 1
+        if not 0 <= start <= nrec:
+            raise ValueError(f"start {start} is outside the {nrec} records")
+        i = start
+        while i < nrec and (limit < 0 or self._nbytes < limit):
+            a, b = _signed(off[i], wide), _signed(off[i + 1], wide)
+            if a < 0 or b < a or b > len(data):
+                raise ValueError(
+                    f"offsets[{i}:{i + 2}] = [{a}, {b}] is not a range of the {len(data)}-byte records buffer"
+                )
+            self.add(data[a:b])
+            i += 1
+        return i
 
     def fill(self, records: Iterator[Buffer], limit: int) -> bool:
         """Add records from the iterator ``records`` while the batch holds fewer than ``limit``
@@ -121,6 +198,22 @@ class FrameBuilder:
         self._count = 0
         self._nbytes = 0
         return frame
+
+
+def _rows(records: object) -> tuple[memoryview, int, int] | None:
+    """(bytes, rows, width) of a 2-D C-contiguous buffer of single bytes; None for anything else."""
+    try:
+        mv = memoryview(records)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+    if mv.ndim != 2 or mv.itemsize != 1 or not mv.c_contiguous:
+        return None
+    nrows, width = mv.shape  # type: ignore[misc]
+    return (mv.cast("B") if nrows and width else memoryview(b"")), nrows, width
+
+
+def _signed(v: int, wide: bool) -> int:
+    return v - (1 << 64) if wide and v >= 1 << 63 else v
 
 
 def decode_header(buf: Buffer, offset: int = 0) -> FrameHeader:

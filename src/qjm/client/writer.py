@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import cast
 
 from qjm._native import framing
 from qjm.client.loggers import CallHooks
@@ -32,6 +33,16 @@ class _Batch:
     first: int
     last: int
     call: BatchCall
+
+
+def _is_rows(records: object) -> bool:
+    """A 2-D C-contiguous buffer of single bytes (a numpy uint8 array of fixed-size records)."""
+    try:
+        mv = memoryview(records)  # type: ignore[arg-type]
+    except TypeError:
+        return False
+    with mv:
+        return mv.ndim == 2 and mv.itemsize == 1 and mv.c_contiguous
 
 
 def _as_fenced(e: QuorumError) -> QJMError:
@@ -101,22 +112,40 @@ class Writer:
             self._after_add()
             return txid
 
-    def append_many(self, records: Iterable[Buffer]) -> int:
-        """Add many records; returns the txid of the last one."""
+    def append_many(self, records: Iterable[Buffer] | Buffer, offsets: Buffer | None = None) -> int:
+        """Add many records; returns the txid of the last one.
+
+        ``records``: an iterable of buffers; or the rows of a 2-D C-contiguous uint8 array (numpy),
+        one record per row; or, with ``offsets``, one buffer holding the records back to back,
+        record i being ``records[offsets[i]:offsets[i + 1]]`` (n + 1 integers: a numpy int64 array,
+        ``array('q')``, ...). The two packed forms need no Python object per record.
+        """
         with self._lock:
             self._check()
             limit = self.config.batch_bytes
             builder = self._builder
-            it = iter(records)
-            done = False
-            while not done:  # batches still close by size, as with append()
-                before = builder.count
-                try:
-                    done = builder.fill(it, limit)  # no Python per record on the native builder
-                finally:
-                    self._next_txid += builder.count - before
-                if builder.nbytes >= limit:
+            if offsets is not None or _is_rows(records):
+                start = 0
+                while True:  # batches still close by size, as with append()
+                    before = builder.count
+                    try:
+                        start = builder.fill_packed(records, start, limit, offsets)  # type: ignore[arg-type]
+                    finally:
+                        self._next_txid += builder.count - before
+                    if builder.nbytes < limit:
+                        break
                     self._flush()
+            else:
+                it = iter(cast(Iterable[Buffer], records))
+                done = False
+                while not done:
+                    before = builder.count
+                    try:
+                        done = builder.fill(it, limit)  # no Python per record on the native builder
+                    finally:
+                        self._next_txid += builder.count - before
+                    if builder.nbytes >= limit:
+                        self._flush()
             self._after_add()
             return self._next_txid - 1
 
