@@ -58,9 +58,14 @@ def outcome(fn: Callable[[], Any]) -> Outcome:
 
 # -- segment_io ----------------------------------------------------------------------------------
 
+RUN = sio_py.EXTEND_RUN
 op_st = st.one_of(
     st.tuples(st.just("append"), st.binary(min_size=0, max_size=9000)),
     st.tuples(st.just("append_big"), st.integers(min_value=1, max_value=3 * BLOCK)),
+    # around EXTEND_RUN: a write-out that extends the file without zeros ahead, or just not
+    st.tuples(
+        st.just("append_big"), st.integers(min_value=sio_py.EXTEND_RUN - BLOCK, max_value=sio_py.EXTEND_RUN + BLOCK)
+    ),
     st.tuples(st.just("sync"), st.none()),
     st.tuples(st.just("truncate"), st.floats(min_value=-0.1, max_value=1.1)),
     st.tuples(st.just("close"), st.none()),

@@ -107,12 +107,35 @@ def test_default_preallocation_starts_small_and_doubles(sio: ModuleType, tmp_pat
     assert a.allocated == 64 * 1024
     seen = []
     for end in (100_000, 300_000, 3 << 20, 5 << 20, 9 << 20):
-        a.append(b"\x05" * (end - a.size))
-        a.sync()
+        while a.size < end:  # in write-outs below EXTEND_RUN: each preallocates ahead
+            a.append(b"\x05" * min(end - a.size, sio.EXTEND_RUN - 1))
+            a.sync()
         seen.append(a.allocated)
     assert sio.DEFAULT_PREALLOC == 4 << 20
     assert seen == [128 << 10, 512 << 10, 4 << 20, 8 << 20, 12 << 20]
     assert os.path.getsize(tmp_path / "seg") == 12 << 20
+    a.close()
+
+
+def test_a_large_write_out_extends_the_file_without_zeros_ahead(sio: ModuleType, tmp_path: Path) -> None:
+    """A write-out of EXTEND_RUN bytes or more (a group commit under load) writes no zeros past its
+    own last block; the next small one preallocates ahead again. Either way the file is the log
+    followed by zeros, as a scanner expects."""
+    path = tmp_path / "seg"
+    a = sio.Appender(str(path), HEADER)
+    big = os.urandom(sio.EXTEND_RUN + 100)
+    a.append(big)
+    a.sync()
+    end = 64 + len(big)
+    assert a.allocated == -(-end // 4096) * 4096
+    assert path.read_bytes() == expected(HEADER + big, a.allocated)
+    a.append(b"small")
+    a.sync()
+    assert a.allocated == 512 * 1024  # the ladder's next step at or above the end
+    assert path.read_bytes() == expected(HEADER + big + b"small", 512 * 1024)
+    a.append(os.urandom(sio.EXTEND_RUN - 1))  # just below: preallocates ahead as before
+    a.sync()
+    assert a.allocated == 1024 * 1024
     a.close()
 
 
@@ -321,7 +344,9 @@ def test_disk_storage_maps_kernel_errors_to_storage_error(tmp_path: Path) -> Non
         st = DiskStorage(str(mnt), "j")
         try:
             app = st.create_segment(1, framing.encode_segment_header(1, 1))  # 64 KiB preallocated
-            app.append(b"z" * (1024 * 1024))  # 1 MiB fits; growing the preallocation to 2 MiB does not
+            app.append(b"z" * (1024 * 1024))  # 1 MiB in one write-out fits: it preallocates nothing ahead
+            app.sync()
+            app.append(b"z")  # a small one grows the preallocation to 2 MiB, which does not fit
             with pytest.raises(StorageError) as ei:
                 app.sync()
             assert ei.value.errno == errno.ENOSPC

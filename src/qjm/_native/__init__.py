@@ -34,6 +34,7 @@ PUBLIC_API: dict[str, tuple[str, ...]] = {
         "BLOCK",
         "DEFAULT_PREALLOC",
         "FLUSH_BYTES",
+        "EXTEND_RUN",
         "URING_BUILT",
         "io_uring_available",
         "direct_supported",

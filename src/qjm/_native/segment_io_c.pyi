@@ -7,6 +7,7 @@ from typing_extensions import Buffer, disjoint_base
 BLOCK: Final[int]
 DEFAULT_PREALLOC: Final[int]
 FLUSH_BYTES: Final[int]
+EXTEND_RUN: Final[int]
 URING_BUILT: Final[bool]
 
 def io_uring_available() -> bool:

@@ -7,7 +7,10 @@
 # write starts on a block boundary and rewrites that block (same bytes plus the new ones); the
 # padding after the logical end is zeros. The file is preallocated with written zeros (64 KiB at
 # first, doubling up to `prealloc`, then steps of `prealloc`), so an fdatasync of an overwrite has no
-# metadata to commit, a new segment costs little, and a scanner sees a clean zero tail. The GIL is released around every syscall; `_busy` keeps other threads out.
+# metadata to commit, a new segment costs little, and a scanner sees a clean zero tail. A write-out
+# of at least EXTEND_RUN bytes (a node's group commit under a stream of batches) extends the file
+# with its own blocks instead: zeros written ahead would be written over at once, doubling the
+# disk's bytes, and one metadata commit is nothing beside a write that large. The GIL is released around every syscall; `_busy` keeps other threads out.
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from libc.errno cimport EINTR, EINVAL, EIO, errno
@@ -30,10 +33,12 @@ cdef enum:
     _ZBUF = 1024 * 1024                 # zeros written per syscall when preallocating
     _MIN_CAP = 64 * 1024
     _FIRST_STEP = 64 * 1024             # a new segment starts with this much preallocated
+    _EXTEND_RUN = 256 * 1024            # a write-out at least this large preallocates nothing ahead
 
 BLOCK = _BLOCK
 DEFAULT_PREALLOC = 4 * 1024 * 1024     # the largest preallocation step
 FLUSH_BYTES = 8 * 1024 * 1024           # staged bytes that are written out before sync()
+EXTEND_RUN = _EXTEND_RUN                # a write-out this large extends the file, no zeros ahead
 URING_BUILT = bool(QJM_URING_BUILT)
 
 cdef unsigned char *_zeros = NULL
@@ -317,6 +322,8 @@ cdef class Appender:
         cdef int fd = self._fd
         cdef int err = 0
         cdef int attempt
+        if end - self._written >= _EXTEND_RUN and target > wend:
+            target = wend                   # a large run extends the file itself: no zeros ahead
         if target < alloc:
             target = alloc
         zeros = zfrom < target

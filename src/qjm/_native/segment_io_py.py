@@ -17,6 +17,7 @@ BLOCK = 4096
 DEFAULT_PREALLOC = 4 * 1024 * 1024
 FIRST_STEP = 64 * 1024
 FLUSH_BYTES = 8 * 1024 * 1024
+EXTEND_RUN = 256 * 1024  # a write-out this large extends the file, no zeros ahead (native's comment says why)
 URING_BUILT = False
 _ZEROS = bytes(1024 * 1024)
 
@@ -143,7 +144,10 @@ class Appender:
             raise self._oserror(e) from None
 
     def _write_out(self, *, sync: bool) -> None:
-        target = max(self._alloc, preallocated(self._size, self._chunk))
+        target = preallocated(self._size, self._chunk)
+        if self._size - self._written >= EXTEND_RUN:
+            target = min(target, _up(self._size, BLOCK))  # a large run extends the file itself
+        target = max(self._alloc, target)
         if self._alloc < target:
             start = max(self._alloc, self._size)
             while start < target:
