@@ -92,11 +92,12 @@ static void fill_random(unsigned char *p, size_t n)
     }
 }
 
-static void write_all(int fd, const void *buf, size_t n, const char *what)
+/* All of buf to a pipe (write) or a socket (send, no SIGPIPE), retried on EINTR; dies on error. */
+static void out_all(int fd, const void *buf, size_t n, int sock, const char *what)
 {
     const unsigned char *p = buf;
     while (n > 0) {
-        ssize_t r = write(fd, p, n);
+        ssize_t r = sock ? send(fd, p, n, MSG_NOSIGNAL) : write(fd, p, n);
         if (r < 0) {
             if (errno == EINTR)
                 continue;
@@ -106,6 +107,9 @@ static void write_all(int fd, const void *buf, size_t n, const char *what)
         n -= (size_t)r;
     }
 }
+
+static void write_all(int fd, const void *buf, size_t n, const char *what) { out_all(fd, buf, n, 0, what); }
+static void send_all(int fd, const void *buf, size_t n, const char *what) { out_all(fd, buf, n, 1, what); }
 
 /* 1 on success, 0 on EOF before the first byte; dies on error or EOF mid-message. */
 static int recv_all(int fd, void *buf, size_t n, const char *what)
@@ -129,19 +133,29 @@ static int recv_all(int fd, void *buf, size_t n, const char *what)
     return 1;
 }
 
-static void send_all(int fd, const void *buf, size_t n, const char *what)
+/* One read from a pipe, retried on EINTR; the caller checks the length it got. */
+static ssize_t read_pipe(int fd, void *buf, size_t n, const char *what)
 {
-    const unsigned char *p = buf;
-    while (n > 0) {
-        ssize_t r = send(fd, p, n, MSG_NOSIGNAL);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            die(what, errno);
-        }
-        p += r;
-        n -= (size_t)r;
-    }
+    ssize_t r;
+    do
+        r = read(fd, buf, n);
+    while (r < 0 && errno == EINTR);
+    if (r < 0)
+        die(what, errno);
+    return r;
+}
+
+/* A TCP socket and the address 127.0.0.1:port (0: any port, to bind). */
+static int loopback_socket(struct sockaddr_in *sa, uint16_t port)
+{
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0)
+        die("socket", errno);
+    memset(sa, 0, sizeof *sa);
+    sa->sin_family = AF_INET;
+    sa->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sa->sin_port = htons(port);
+    return s;
 }
 
 static void set_nodelay(int fd)
@@ -434,14 +448,8 @@ static void receiver(int index, const char *dir, enum disk_mode dm, int ready_fd
         snprintf(path, sizeof path, "%s/net-%d", dir, index);
         app_open(&a, path);
     }
-    int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (ls < 0)
-        die("socket", errno);
     struct sockaddr_in sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    sa.sin_port = 0;
+    int ls = loopback_socket(&sa, 0);
     if (bind(ls, (struct sockaddr *)&sa, sizeof sa) != 0)
         die("bind", errno);
     if (listen(ls, 1) != 0)
@@ -526,6 +534,20 @@ static void drain_acks(struct conn *c, uint64_t round, int *got)
     }
 }
 
+/* One epoll_wait (blocking), then the acks of every connection it names. */
+static void poll_acks(int ep, struct conn *conns, uint64_t round, int *got)
+{
+    struct epoll_event evs[3];
+    int n = epoll_wait(ep, evs, 3, -1);
+    if (n < 0) {
+        if (errno == EINTR)
+            return;
+        die("epoll_wait", errno);
+    }
+    for (int k = 0; k < n; k++)
+        drain_acks(&conns[evs[k].data.u32], round, got);
+}
+
 static void run_net(const char *mode, const char *dir, long rounds, enum disk_mode dm)
 {
     int ready[2], done[2];
@@ -551,23 +573,12 @@ static void run_net(const char *mode, const char *dir, long rounds, enum disk_mo
     int direct = 1;
     for (int k = 0; k < 3; k++) {
         struct ready rd;
-        ssize_t r;
-        do
-            r = read(ready[0], &rd, sizeof rd);
-        while (r < 0 && errno == EINTR);
-        if (r < 0)
-            die("read(ready pipe)", errno);
+        ssize_t r = read_pipe(ready[0], &rd, sizeof rd, "read(ready pipe)");
         if (r != (ssize_t)sizeof rd || rd.index < 0 || rd.index > 2)
             die_msg("a receiver failed to start");
         direct = direct && rd.direct;
-        int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (s < 0)
-            die("socket", errno);
         struct sockaddr_in sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sin_family = AF_INET;
-        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        sa.sin_port = htons((uint16_t)rd.port);
+        int s = loopback_socket(&sa, (uint16_t)rd.port);
         if (connect(s, (struct sockaddr *)&sa, sizeof sa) != 0)
             die("connect", errno);
         set_nodelay(s);
@@ -590,37 +601,21 @@ static void run_net(const char *mode, const char *dir, long rounds, enum disk_mo
         die("calloc", errno);
     unsigned char msg[MSG_SIZE];
     memcpy(msg, message, sizeof msg);
-    struct epoll_event evs[3];
     for (long r = 0; r < rounds; r++) {
         uint64_t t0 = now_ns();
         set_round(msg, (uint64_t)r);
         for (int i = 0; i < 3; i++)
             send_all(conns[i].fd, msg, sizeof msg, "send");
         int got = 0;
-        while (got < 2) {
-            int n = epoll_wait(ep, evs, 3, -1);
-            if (n < 0) {
-                if (errno == EINTR)
-                    continue;
-                die("epoll_wait", errno);
-            }
-            for (int k = 0; k < n; k++)
-                drain_acks(&conns[evs[k].data.u32], (uint64_t)r, &got);
-        }
+        while (got < 2)
+            poll_acks(ep, conns, (uint64_t)r, &got);
         lat[r] = now_ns() - t0;
     }
     /* Every receiver must have acked every round: wait for the stragglers, then say EOF. */
     for (int i = 0; i < 3; i++) {
         while (conns[i].next < (uint64_t)rounds) {
             int dummy = 0;
-            int n = epoll_wait(ep, evs, 3, -1);
-            if (n < 0) {
-                if (errno == EINTR)
-                    continue;
-                die("epoll_wait", errno);
-            }
-            for (int k = 0; k < n; k++)
-                drain_acks(&conns[evs[k].data.u32], UINT64_MAX, &dummy);
+            poll_acks(ep, conns, UINT64_MAX, &dummy);
         }
     }
     for (int i = 0; i < 3; i++)
@@ -629,12 +624,7 @@ static void run_net(const char *mode, const char *dir, long rounds, enum disk_mo
     long extends = 0;
     for (int k = 0; k < 3; k++) {
         struct ready_done dn;
-        ssize_t r;
-        do
-            r = read(done[0], &dn, sizeof dn);
-        while (r < 0 && errno == EINTR);
-        if (r < 0)
-            die("read(done pipe)", errno);
+        ssize_t r = read_pipe(done[0], &dn, sizeof dn, "read(done pipe)");
         if (r != (ssize_t)sizeof dn)
             die_msg("a receiver did not finish cleanly");
         if (dn.messages != rounds)

@@ -126,35 +126,38 @@ def floor_latency(base: str, rounds: int) -> list[float]:
     return [sorted(lat[i][k] for i in range(3))[1] for k in range(rounds)]
 
 
-def floor_throughput(base: str, size: int, seconds: float, cpu: dict[int, dict[str, float]]) -> float:
-    """Records/s of the quorum: three appenders each writing full batches, one fdatasync per batch.
-    ``cpu[size]``: the CPU they spent per record (per replica set, like the writer's records)."""
+def _three_appenders(base: str, name: str, frame: bytes, seconds: float) -> list[tuple[int, float]]:
+    """Three appenders (``name``-0..2 under ``base``) appending ``frame`` with one fdatasync each
+    for ``seconds``, started together; (frames written, seconds taken) of each."""
     from qjm._native import segment_io
 
-    per = _records_per_batch(size)
-    frame = _frame([os.urandom(size)] * per, 1)
-    counts = [0, 0, 0]
-    elapsed = [0.0, 0.0, 0.0]
+    out = [(0, 0.0)] * 3
     barrier = threading.Barrier(3)
 
     def appender(i: int) -> None:
-        a = segment_io.Appender(os.path.join(base, f"tput{size}-{i}"), _segment_header())
+        a = segment_io.Appender(os.path.join(base, f"{name}-{i}"), _segment_header())
         barrier.wait()
         t0 = time.perf_counter()
         n = 0
         while time.perf_counter() - t0 < seconds:
             a.append(frame)
             a.sync()
-            n += per
-        elapsed[i] = time.perf_counter() - t0
-        counts[i] = n
+            n += 1
+        out[i] = (n, time.perf_counter() - t0)
         a.close()
 
-    before = _cpu_seconds([])
     _three(appender)
-    rates = sorted(c / e for c, e in zip(counts, elapsed, strict=True))
-    cpu[size] = _cpu_per_record(before, _cpu_seconds([]), sum(counts) // 3)
-    return rates[1]
+    return out
+
+
+def floor_throughput(base: str, size: int, seconds: float, cpu: dict[int, dict[str, float]]) -> float:
+    """Records/s of the quorum: three appenders each writing full batches, one fdatasync per batch.
+    ``cpu[size]``: the CPU they spent per record (per replica set, like the writer's records)."""
+    per = _records_per_batch(size)
+    before = _cpu_seconds([])
+    done = _three_appenders(base, f"tput{size}", _frame([os.urandom(size)] * per, 1), seconds)
+    cpu[size] = _cpu_per_record(before, _cpu_seconds([]), sum(n for n, _ in done) * per // 3)
+    return sorted(n * per / e for n, e in done)[1]
 
 
 CEILING_RECORDS = 1020  # 1 KiB records per frame of the bandwidth ceiling: frames of about 1 MiB
@@ -164,26 +167,8 @@ def floor_bandwidth(base: str, seconds: float) -> float:
     """Bytes/s of the quorum when batches are large: three appenders writing ~1 MiB frames, one
     fdatasync each, with the node's write pattern (preallocation included). No per-batch cost is
     left to amortise, so this is the most the disk carries for three replicas, whatever the code."""
-    from qjm._native import segment_io
-
     frame = _frame([os.urandom(1024)] * CEILING_RECORDS, 1)
-    rates = [0.0, 0.0, 0.0]
-    barrier = threading.Barrier(3)
-
-    def appender(i: int) -> None:
-        a = segment_io.Appender(os.path.join(base, f"ceiling-{i}"), _segment_header())
-        barrier.wait()
-        t0 = time.perf_counter()
-        n = 0
-        while time.perf_counter() - t0 < seconds:
-            a.append(frame)
-            a.sync()
-            n += len(frame)
-        rates[i] = n / (time.perf_counter() - t0)
-        a.close()
-
-    _three(appender)
-    return sorted(rates)[1]
+    return sorted(n * len(frame) / e for n, e in _three_appenders(base, "ceiling", frame, seconds))[1]
 
 
 def floor_raw_bandwidth(base: str, seconds: float) -> float:

@@ -75,6 +75,7 @@ cdef class FrameBuilder:
     cdef Py_ssize_t _overflow      # encode_frame only: bytes offered beyond QJM_MAX_PAYLOAD
     cdef bint _busy
 
+    cdef int _enter(self) except -1
     cdef int _reserve(self, Py_ssize_t extra) except -1
     cdef int _flush(self) except -1
     cdef int _push(self, object record, bint limit) except -1

@@ -433,6 +433,13 @@ cdef class FrameBuilder:
         """Payload bytes so far (record prefixes included)."""
         return self._used - HDR + self._pending
 
+    cdef int _enter(self) except -1:
+        # One caller at a time: a builder is not shared between threads, and this says so if it is.
+        if self._busy:
+            raise RuntimeError("FrameBuilder is already in use (by another thread or a re-entrant call)")
+        self._busy = True
+        return 0
+
     cdef int _reserve(self, Py_ssize_t extra) except -1:
         cdef Py_ssize_t need = self._used + extra
         cdef Py_ssize_t cap
@@ -530,9 +537,7 @@ cdef class FrameBuilder:
     cdef int _add_many(self, object records, bint limit) except -1:
         cdef Py_buffer v
         cdef bint rows = False
-        if self._busy:
-            raise RuntimeError("FrameBuilder is already in use (by another thread or a re-entrant call)")
-        self._busy = True
+        self._enter()
         try:
             if PyObject_CheckBuffer(records):
                 try:
@@ -595,9 +600,7 @@ cdef class FrameBuilder:
             self._cap = 0
 
     def add(self, record):
-        if self._busy:
-            raise RuntimeError("FrameBuilder is already in use (by another thread or a re-entrant call)")
-        self._busy = True
+        self._enter()
         try:
             self._push(record, True)
             self._flush()
@@ -658,9 +661,7 @@ cdef class FrameBuilder:
         if offsets is None:
             self._add_many(records, True)
             return self._count
-        if self._busy:
-            raise RuntimeError("FrameBuilder is already in use (by another thread or a re-entrant call)")
-        self._busy = True
+        self._enter()
         try:
             self._packed(records, offsets, 0, -1)
         finally:
@@ -676,11 +677,9 @@ cdef class FrameBuilder:
         """
         cdef Py_buffer v
         cdef Py_ssize_t per, k, nrows
-        if self._busy:
-            raise RuntimeError("FrameBuilder is already in use (by another thread or a re-entrant call)")
         if limit < 0:
             raise ValueError(f"limit must be >= 0, not {limit}")
-        self._busy = True
+        self._enter()
         try:
             if offsets is not None:
                 return self._packed(records, offsets, start, limit)
@@ -717,9 +716,7 @@ cdef class FrameBuilder:
         cdef object end = _END
         cdef object r
         cdef bint done = False
-        if self._busy:
-            raise RuntimeError("FrameBuilder is already in use (by another thread or a re-entrant call)")
-        self._busy = True
+        self._enter()
         try:
             while self._used - HDR + self._pending < limit:
                 r = next(records, end)
