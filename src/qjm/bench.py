@@ -12,6 +12,11 @@ Three measurements, side by side, each in its own process and all under one base
 - **qjm native**: a writer and three JournalNodes (``MiniJournalCluster`` subprocesses) on loopback.
 - **qjm pure**: the same with ``QJM_NO_EXTENSIONS=1`` in the writer and the nodes.
 
+- **C floors** (from a source checkout with a C compiler): ``bench/netfloor/netfloor.c``, the same
+  disk pattern in plain C, locally and as a writer with three receiver processes on loopback (2 of
+  3 acks, no protocol, no Python): how close to the floor any implementation with a network hop
+  can get on this machine.
+
 Figures: sync-commit latency p50/p99 of a 1 KiB batch with one batch outstanding; pipelined
 throughput (records/s, payload MB/s) for 100-byte and 1 KiB records; failover time p50 (fence +
 recover + first commit: ``open_writer`` while another writer holds an open segment, then one
@@ -413,6 +418,47 @@ def _run_worker(kind: str, base: str, smoke: bool, pure: bool) -> dict[str, Any]
     return result
 
 
+NETFLOOR_WARMUP = 200  # rounds netfloor.c runs before it counts
+
+
+def _netfloor_source() -> str | None:
+    """``bench/netfloor/netfloor.c`` of a source checkout (a wheel does not ship it)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = os.path.join(here, "..", "..", "bench", "netfloor", "netfloor.c")
+    return os.path.normpath(path) if os.path.isfile(path) else None
+
+
+def run_c_floors(base: str, smoke: bool) -> dict[str, Any]:
+    """The C reference of ``bench/netfloor`` in this run: its local floor (three threads, the same
+    disk pattern, no network) and its networked floor (a writer and three receiver processes on
+    loopback, 2 of 3 acks, no protocol and no Python): what any implementation could reach here.
+    Returns ``{"skipped": why}`` where there is no checkout or no C compiler."""
+    src = _netfloor_source()
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if src is None or cc is None:
+        why = "no source checkout (bench/netfloor/netfloor.c)" if src is None else "no C compiler (gcc/cc)"
+        return {"skipped": why}
+    exe = os.path.join(base, "netfloor")
+    flags = ["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-pthread"]
+    done = subprocess.run([cc, *flags, "-o", exe, src], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"qjm bench: compiling {src} failed:\n{done.stderr[-4000:]}")
+    rounds = (SMOKE if smoke else FULL)["rounds"] + NETFLOOR_WARMUP
+    out: dict[str, Any] = {}
+    for mode in ("local", "net"):
+        d = os.path.join(base, f"c-{mode}")
+        os.makedirs(d)
+        if not smoke:
+            os.sync()
+        done = subprocess.run([exe, mode, d, str(rounds)], capture_output=True, text=True, check=False, timeout=600)
+        if done.returncode != 0:
+            raise RuntimeError(f"qjm bench: netfloor {mode} failed ({done.returncode}):\n{done.stderr[-4000:]}")
+        r = json.loads(done.stdout.strip().splitlines()[-1])
+        out[f"{mode}_p50_us"], out[f"{mode}_p99_us"] = r["p50_us"], r["p99_us"]
+        shutil.rmtree(d, ignore_errors=True)
+    return out
+
+
 def _run_peer_worker(name: str, base: str, smoke: bool) -> dict[str, Any]:
     """One peer (``qjm.bench_peers.measure``) in its own process: its servers die with it (PDEATHSIG)."""
     cmd = [sys.executable, "-m", "qjm.bench", "--worker", "peer", "--peer", name, "--base", base]
@@ -545,6 +591,9 @@ def table(result: dict[str, Any]) -> str:
                     "end: a node fell more than queued_edits_limit_bytes behind and was dropped until the next "
                     "segment, so that figure is for fewer replicas than the floor's."
                 )
+    if "c_floors" in result:
+        lines.append("")
+        lines.append(c_floor_note(result["c_floors"], n))
     if "ceiling_mbps" in f:
         lines.append("")
         lines.append(ceiling_note(result["summary"]))
@@ -559,6 +608,22 @@ def table(result: dict[str, Any]) -> str:
 
 
 NATIVE_OVER_PURE_TARGET = 10.0  # the issue's native >= 10x pure on throughput
+SYNC_P50_TARGET = 1.25  # the issue's sync p50 <= this x the floor
+
+
+def c_floor_note(c: dict[str, Any], native: dict[str, Any]) -> str:
+    """The C floors beside qjm native: how far the network alone puts any implementation."""
+    if "skipped" in c:
+        return f"C floors (bench/netfloor): not measured: {c['skipped']}"
+    lp, np_ = c["local_p50_us"], c["net_p50_us"]
+    return (
+        f"C floors (bench/netfloor, this run): local p50 {lp:.0f} µs, p99 {c['local_p99_us']:.0f} µs; "
+        f"networked (2 of 3 receiver processes over loopback, no protocol, no Python) p50 {np_:.0f} µs "
+        f"= {_ratio(np_, lp):.2f}x its local floor, p99 {c['net_p99_us']:.0f} µs; "
+        f"qjm native sync p50 = {_ratio(native['sync_p50_us'], np_):.2f}x the networked floor, "
+        f"{_ratio(native['sync_p50_us'], lp):.2f}x the C local floor "
+        f"(target: <= {SYNC_P50_TARGET}x the floor)"
+    )
 
 
 def ceiling_note(summary: dict[str, Any]) -> str:
@@ -719,6 +784,9 @@ def run(smoke: bool = False, json_out: bool = False, plot: str | None = None, pe
         machine = _machine(base)
         raw: dict[str, Any] = {
             "floor": _run_worker("floor", os.path.join(base, "floor"), smoke, pure=False),
+        }
+        c_floors = run_c_floors(base, smoke)
+        raw |= {
             "native": _run_worker("qjm", os.path.join(base, "native"), smoke, pure=False),
             "pure": _run_worker("qjm", os.path.join(base, "pure"), smoke, pure=True),
         }
@@ -735,6 +803,7 @@ def run(smoke: bool = False, json_out: bool = False, plot: str | None = None, pe
         "smoke": smoke,
         "machine": machine,
         "summary": {k: _summarise(v) for k, v in raw.items()},
+        "c_floors": c_floors,
         "raw": raw,
     }
     if peers:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 from qjm import bench
 from qjm.protocol.frame import FRAME_HEADER_SIZE, RECORD_PREFIX_SIZE
@@ -53,3 +54,18 @@ def test_ceiling_figures_and_the_note() -> None:
     assert "500 MB/s each" in note and "1000 MB/s" in note
     assert "native reaches 50% of it; 10x pure would be" in note and "= 1.00x it (0.50x" in note
     assert "native reaches 100% of it" in note and "= 2.00x it (1.00x" in note
+
+
+def test_c_floors_compile_and_run_in_this_run(tmp_path: Path) -> None:
+    """bench/netfloor built and run for real (the checkout has it, and the build needs gcc)."""
+    c = bench.run_c_floors(str(tmp_path), smoke=True)
+    assert "skipped" not in c, c
+    assert 0 < c["local_p50_us"] <= c["local_p99_us"] and 0 < c["net_p50_us"] <= c["net_p99_us"]
+    note = bench.c_floor_note(c, {"sync_p50_us": 2 * c["net_p50_us"]})
+    assert "qjm native sync p50 = 2.00x the networked floor" in note
+
+
+def test_c_floor_note_says_why_it_was_not_measured() -> None:
+    assert bench.c_floor_note({"skipped": "no C compiler (gcc/cc)"}, {}) == (
+        "C floors (bench/netfloor): not measured: no C compiler (gcc/cc)"
+    )
