@@ -37,6 +37,7 @@ PUBLIC_API: dict[str, tuple[str, ...]] = {
         "EXTEND_RUN",
         "URING_BUILT",
         "io_uring_available",
+        "io_uring_default",
         "direct_supported",
     ),
     "fanout": (
@@ -106,8 +107,10 @@ def backend_of(role: str) -> str:
 
 
 def capabilities(directory: str | None = None) -> dict[str, Any]:
-    """Which paths run here: each module's backend, why native is missing if it is, and whether
-    io_uring and O_DIRECT work (O_DIRECT probed in ``directory``, by default the temp directory).
+    """Which paths run here: each module's backend, why native is missing if it is, whether
+    io_uring and O_DIRECT work (O_DIRECT probed in ``directory``, by default the temp directory),
+    and which write path new segment appenders take (``append_io``: ``"pwrite"``, or
+    ``"io_uring"`` with ``QJM_IO_URING=1``).
     """
     import tempfile
 
@@ -120,6 +123,7 @@ def capabilities(directory: str | None = None) -> dict[str, Any]:
         "segment_io": _segment_io_backend,
         "fanout": _fanout_backend,
         "io_uring": bool(segment_io.io_uring_available()),
+        "append_io": "io_uring" if segment_io.io_uring_default() else "pwrite",
         "o_direct": _direct[where] and _segment_io_backend == "native",
         "xxh3": "libxxhash" if _framing_backend == "native" else "python-xxhash",
         "fallbacks": list(_fallbacks),

@@ -27,6 +27,11 @@ def io_uring_available() -> bool:
     return False
 
 
+def io_uring_default() -> bool:
+    """Always False: the pure twin writes with os.pwrite."""
+    return False
+
+
 def direct_supported(directory: str) -> bool:
     """True when files in ``directory`` accept O_DIRECT writes of aligned blocks."""
     fd, name = tempfile.mkstemp(prefix=".qjm-direct-probe-", dir=directory)
@@ -74,7 +79,7 @@ class Appender:
         *,
         prealloc: int = DEFAULT_PREALLOC,
         direct: bool = True,
-        io_uring: bool = True,
+        io_uring: bool | None = None,
     ) -> None:
         self._fd = -1
         if prealloc < BLOCK or prealloc % BLOCK:

@@ -190,8 +190,8 @@ def _changes_segments(method: Callable[Concatenate[DiskStorage, _P], _R]) -> Cal
 
 class _FileAppender:
     """An in-progress segment on ``qjm._native.segment_io``: preallocated with zeros, written with
-    O_DIRECT (io_uring write linked to fdatasync where the kernel allows), one fdatasync per
-    ``sync`` (group commit). ``size`` is the logical end; kernel errors become ``StorageError``.
+    O_DIRECT (pwrite, or an io_uring write linked to fdatasync with QJM_IO_URING=1), one fdatasync
+    per ``sync`` (group commit). ``size`` is the logical end; kernel errors become ``StorageError``.
     """
 
     def __init__(self, path: str, app: segment_io.Appender) -> None:
