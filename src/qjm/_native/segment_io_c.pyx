@@ -2,16 +2,18 @@
 # Native appender of in-progress segments (twin of segment_io_py: same API, same bytes, same errors).
 #
 # append() stages bytes in an aligned buffer; sync() writes them with one O_DIRECT pwrite and an
-# fdatasync, or (QJM_IO_URING=1, where io_uring is compiled in and allowed) one O_DIRECT write linked
-# to an fdatasync on io_uring (IOSQE_IO_LINK). The plain path is the default because it measured
-# faster here: io_uring runs the fdatasync on a kernel worker, two more thread switches per sync. The buffer starts with the partial last block already in the file, so each
-# write starts on a block boundary and rewrites that block (same bytes plus the new ones); the
-# padding after the logical end is zeros. The file is preallocated with written zeros (64 KiB at
-# first, doubling up to `prealloc`, then steps of `prealloc`), so an fdatasync of an overwrite has no
-# metadata to commit, a new segment costs little, and a scanner sees a clean zero tail. A write-out
-# of at least EXTEND_RUN bytes (a node's group commit under a stream of batches) extends the file
-# with its own blocks instead: zeros written ahead would be written over at once, doubling the
-# disk's bytes, and one metadata commit is nothing beside a write that large. The GIL is released around every syscall; `_busy` keeps other threads out.
+# fdatasync, or (QJM_IO_URING=1, where io_uring is compiled in and allowed) one O_DIRECT write
+# linked to an fdatasync on io_uring (IOSQE_IO_LINK). The plain path is the default because it
+# measured faster here: io_uring runs the fdatasync on a kernel worker, two more thread switches
+# per sync. The buffer starts with the partial last block already in the file, so each write
+# starts on a block boundary and rewrites that block (same bytes plus the new ones); the padding
+# after the logical end is zeros. The file is preallocated with written zeros (64 KiB at first,
+# doubling up to `prealloc`, then steps of `prealloc`), so an fdatasync of an overwrite has no
+# metadata to commit, a new segment costs little, and a scanner sees a clean zero tail. A
+# write-out of at least EXTEND_RUN bytes (a node's group commit under a stream of batches) extends
+# the file with its own blocks instead: zeros written ahead would be written over at once,
+# doubling the disk's bytes, and one metadata commit is nothing beside a write that large. The GIL
+# is released around every syscall; `_busy` keeps other threads out.
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from libc.errno cimport EINTR, EINVAL, EIO, errno
