@@ -249,27 +249,39 @@ def test_native_io_uring_is_available_where_the_kernel_allows_and_taken_when_ask
     a.close()
 
 
-@pytest.mark.native
-def test_qjm_io_uring_makes_io_uring_the_default(tmp_path: Path) -> None:
+def _append_in_a_child(tmp_path: Path, **env: str) -> dict[str, str]:
+    """A fresh interpreter with ``env`` appends 5,000 bytes and says which path it took."""
     code = (
         "import sys, qjm._native as n\n"
         "from qjm._native import segment_io_c as c\n"
         "a = c.Appender(sys.argv[1], bytes(range(64)), prealloc=16384)\n"
         "a.append(b'y' * 5000); a.sync(); io = a.io; a.close()\n"
-        "print(c.io_uring_default(), io, n.capabilities(sys.argv[2])['append_io'])\n"
+        "cap = n.capabilities(sys.argv[2])\n"
+        "print(c.io_uring_available(), c.io_uring_default(), io, cap['io_uring'], cap['append_io'])\n"
     )
-    env = dict(os.environ, QJM_IO_URING="1")
     out = subprocess.run(
         [sys.executable, "-c", code, str(tmp_path / "seg"), str(tmp_path)],
-        env=env,
+        env=dict(os.environ, **env),
         capture_output=True,
         text=True,
         check=True,
         timeout=60,
     ).stdout.split()
-    uring = native().io_uring_available()
-    assert out == [str(uring), "io_uring" if uring else "pwrite", "io_uring" if uring else "pwrite"]
     assert (tmp_path / "seg").read_bytes() == expected(HEADER + b"y" * 5000, CHUNK)
+    return dict(zip(["available", "default", "io", "cap_io_uring", "cap_append_io"], out, strict=True))
+
+
+@pytest.mark.native
+def test_qjm_io_uring_makes_io_uring_the_default(tmp_path: Path) -> None:
+    uring = native().io_uring_available()
+    path = "io_uring" if uring else "pwrite"
+    assert _append_in_a_child(tmp_path, QJM_IO_URING="1") == {
+        "available": str(uring),
+        "default": str(uring),
+        "io": path,
+        "cap_io_uring": str(uring),
+        "cap_append_io": path,
+    }
 
 
 def _kernel_allows_io_uring() -> bool:
@@ -283,24 +295,9 @@ def _kernel_allows_io_uring() -> bool:
 @pytest.mark.native
 def test_native_falls_back_to_pwrite_when_io_uring_is_refused_at_run_time(tmp_path: Path) -> None:
     """QJM_NO_URING=1 makes the run-time probe fail as a seccomp'd kernel would: pwrite path, same file."""
-    code = (
-        "import sys, qjm._native as n\n"
-        "from qjm._native import segment_io_c as c\n"
-        "a = c.Appender(sys.argv[1], bytes(range(64)), prealloc=16384)\n"
-        "a.append(b'x' * 5000); a.sync(); a.close()\n"
-        "print(c.io_uring_available(), a.io, n.capabilities(sys.argv[2])['io_uring'])\n"
-    )
-    env = dict(os.environ, QJM_NO_URING="1", QJM_IO_URING="1")  # asked for, and refused
-    out = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path / "seg"), str(tmp_path)],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout.split()
-    assert out == ["False", "pwrite", "False"]
-    assert (tmp_path / "seg").read_bytes() == expected(HEADER + b"x" * 5000, CHUNK)
+    got = _append_in_a_child(tmp_path, QJM_NO_URING="1", QJM_IO_URING="1")  # asked for, and refused
+    assert got == {"available": "False", "default": "False", "io": "pwrite", "cap_io_uring": "False",
+                   "cap_append_io": "pwrite"}  # fmt: skip
 
 
 @pytest.fixture
