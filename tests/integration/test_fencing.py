@@ -33,6 +33,38 @@ def test_new_writer_fences_old_on_data_plane(cluster: MiniJournalCluster) -> Non
     assert records == [b"a%d" % i for i in range(10)] + [b"b0"]
 
 
+def test_a_node_that_fenced_a_batch_refuses_the_next_ones_as_fenced(cluster: MiniJournalCluster) -> None:
+    """After a node refused a batch as fenced, the writer's next batches to it fail as fenced too,
+    not as "out of sync": a writer whose earlier batch reached a majority before the fencing must
+    still learn that a newer writer holds the journal (a stalled Spark attempt reported a lost
+    quorum instead)."""
+    from qjm._native import framing
+
+    a = qjm.open_writer(cluster.uri, create=True)
+    a.append(b"a")
+    a.sync()
+    b = qjm.open_writer(cluster.uri)
+    m = a.qjm
+
+    def batch(txid: int) -> QuorumError:
+        frame = framing.encode_frame([b"z%d" % txid], epoch=m.epoch, segment_txid=a.segment_txid, first_txid=txid)
+        with pytest.raises(QuorumError) as ei:
+            m.send_batch(frame, txid, txid).wait_for_write_quorum(10, f"journal({txid})")
+        return ei.value
+
+    first = batch(2)  # the nodes refuse it on the data plane
+    assert first.causes and all(isinstance(c, FencedError) for c in first.causes.values())
+    for txid in (3, 4):  # refused by the writer's own bookkeeping now, and still as fenced
+        later = batch(txid)
+        assert len(later.causes) >= 2
+        for c in later.causes.values():
+            assert isinstance(c, FencedError), c
+            assert (c.request_epoch, c.promised_epoch) == (a.epoch, b.epoch)
+    a.abort()
+    b.close()
+    assert [r for _, r in read_all(cluster.uri)] == [b"a"]
+
+
 def test_new_writer_fences_old_on_control_plane(cluster: MiniJournalCluster) -> None:
     """A's roll (finalize + start) after B's new_epoch is refused by the nodes with FencedError."""
     a = qjm.open_writer(cluster.uri, create=True)

@@ -30,6 +30,7 @@ from qjm.client.link_batch import Delivery
 from qjm.client.loggers import CallHooks, WriterLife
 from qjm.config import NodeAddress, QJMConfig
 from qjm.errors import (
+    FencedError,
     NodeTooFarBehindError,
     NodeUnavailableError,
     OutOfSyncError,
@@ -273,6 +274,7 @@ class RemoteLogger:
         self._committed = NO_TXID
         self._committed_sent = NO_TXID
         self._out_of_sync = False
+        self._fenced: FencedError | None = None  # what put the node out of sync, when it was fencing
         self._link: _DataLink | None = None
         # segments whose start is queued or running → batches sent for them meanwhile
         self._starting: dict[int, list[tuple[bytes, int, Future[int] | Delivery, bytes | None]]] = {}
@@ -454,6 +456,7 @@ class RemoteLogger:
                     # A successful start brings an out-of-sync node back for the new segment (reference §3.2).
                     self._link = link
                     self._out_of_sync = False
+                    self._fenced = None
                     backlog = self._take_backlog(txid)
                     for frame, last, fut, commit in backlog:
                         if isinstance(fut, Delivery):
@@ -474,7 +477,7 @@ class RemoteLogger:
     def _drop_backlog(self, txid: int, e: QJMError) -> None:
         with self._seg_lock:
             backlog = self._take_backlog(txid)
-            self._out_of_sync = True
+            self._lose_sync(e)
         for _, _, fut, _ in backlog:
             if isinstance(fut, Delivery):
                 fut.error = e
@@ -529,7 +532,7 @@ class RemoteLogger:
             # land first, so it is finalized in the order Hadoop's single executor would give.
             self.wait_for_batches(t)
             if self._out_of_sync:
-                raise OutOfSyncError(f"{self._name}: out of sync until the next segment; not finalizing {start}-{end}")
+                raise self._not_in_sync(f"; not finalizing {start}-{end}")
             self._rpc(
                 self._stub.FinalizeLogSegment,
                 pb.FinalizeLogSegmentRequest(req=self._req(), start_txid=start, end_txid=end, copy_epoch=copy_epoch),
@@ -677,9 +680,28 @@ class RemoteLogger:
         with self._seg_lock:
             if link is not self._link:
                 return  # an old segment's link, closed on purpose
-            self._out_of_sync = True
+            self._lose_sync(e)
         if not self._closed:
             log.warning("%s: batches failed (%s); out of sync until the next segment", self._name, e)
+
+    def _lose_sync(self, e: BaseException) -> None:
+        """The node takes no more batches this segment; remember whether it was fencing that did it."""
+        self._out_of_sync = True
+        if isinstance(e, FencedError):
+            self._fenced = e
+
+    def _not_in_sync(self, detail: str = "") -> QJMError:
+        """The error for a batch or finalize this node cannot take. A node out of sync because it
+        fenced this writer says so: told only "out of sync", a writer whose batch reached a majority
+        before the fencing would report a lost quorum, not that a newer writer holds the journal."""
+        f = self._fenced
+        if f is not None:
+            return FencedError(
+                f"{self._name}: fenced earlier in this segment ({f}){detail}",
+                request_epoch=f.request_epoch,
+                promised_epoch=f.promised_epoch,
+            )
+        return OutOfSyncError(f"{self._name}: out of sync until the next segment{detail}")
 
     def send_batch(self, frame: bytes, first_txid: int, last_txid: int) -> Future[int]:
         fut: Future[int] = Future()
@@ -688,7 +710,7 @@ class RemoteLogger:
             self.hooks.before(self._name, "journal")
             with self._seg_lock:
                 if self._out_of_sync and not self._starting:  # a pending start may bring the node back
-                    raise OutOfSyncError(f"{self._name}: out of sync until the next segment")
+                    raise self._not_in_sync()
                 link = self._link
                 queued = link.queued_bytes if link is not None else 0
                 limit = self.config.queued_edits_limit_bytes
@@ -713,7 +735,7 @@ class RemoteLogger:
                     raise OutOfSyncError(f"{self._name}: no data link; out of sync until the next segment")
         except QJMError as e:
             if not isinstance(e, WriterCrashedError):
-                self._out_of_sync = True
+                self._lose_sync(e)
                 if isinstance(e, NodeTooFarBehindError):
                     self._drop_starting(e)
                     self._close_link()
@@ -731,7 +753,7 @@ class RemoteLogger:
             self.life.check()
             with self._seg_lock:
                 if self._out_of_sync and not self._starting:  # a pending start may bring the node back
-                    raise OutOfSyncError(f"{self._name}: out of sync until the next segment")
+                    raise self._not_in_sync()
                 link = self._link
                 if self._starting:
                     full = self._backlog_full(len(frame))
@@ -748,7 +770,7 @@ class RemoteLogger:
                 return Delivery(link)
         except QJMError as e:
             if not isinstance(e, WriterCrashedError):
-                self._out_of_sync = True
+                self._lose_sync(e)
                 if isinstance(e, NodeTooFarBehindError):
                     self._drop_starting(e)
             return Delivery(error=e)
