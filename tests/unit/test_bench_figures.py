@@ -54,6 +54,11 @@ def test_ceiling_figures_and_the_note() -> None:
     assert "500 MB/s each" in note and "1000 MB/s" in note
     assert "native reaches 50% of it; 10x pure would be" in note and "= 1.00x it (0.50x" in note
     assert "native reaches 100% of it" in note and "= 2.00x it (1.00x" in note
+    del raw["raw_ceiling_bps"]
+    refused = bench._summarise(dict(raw, raw_ceiling_error="[Errno 22] Invalid argument"))
+    note = bench.ceiling_note({"floor": refused, "native": native, "pure": pure})
+    assert "with no preallocation: not measured ([Errno 22] Invalid argument)" in note
+    assert "x the ceiling with no preallocation" not in note
 
 
 def test_c_floors_compile_and_run_in_this_run(tmp_path: Path) -> None:
