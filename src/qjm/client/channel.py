@@ -25,6 +25,7 @@ import xxhash
 
 from qjm import errors
 from qjm._native import backend_of
+from qjm.addresses import reachable_at, split_host_port
 from qjm.client import shared
 from qjm.client.link_batch import Delivery
 from qjm.client.loggers import CallHooks, WriterLife
@@ -89,8 +90,7 @@ class _DataLink:
         on_fail: Callable[[_DataLink, BaseException], None],
     ) -> None:
         self.name = name
-        host, port = address.rsplit(":", 1)
-        self._sock = socket.create_connection((host, int(port)), timeout=connect_timeout)
+        self._sock = socket.create_connection(split_host_port(address), timeout=connect_timeout)
         self._sock.settimeout(None)
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._q: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
@@ -403,7 +403,7 @@ class RemoteLogger:
             st = convert.state_from_pb(
                 self._rpc(self._stub.GetJournalState, pb.JournalIdRequest(journal_id=self.journal_id), t)
             )
-            self._data_address = st.data_address
+            self._data_address = reachable_at(st.data_address, self.address.host)
             return st
 
         return self._call("get_journal_state", go)
@@ -418,7 +418,7 @@ class RemoteLogger:
                 t,
             )
             if reply.data_address:
-                self._data_address = reply.data_address
+                self._data_address = reachable_at(reply.data_address, self.address.host)
             return convert.new_epoch_from_pb(reply)
 
         return self._call("new_epoch", go)
@@ -645,8 +645,8 @@ class RemoteLogger:
         st = self._rpc(
             self._stub.GetJournalState, pb.JournalIdRequest(journal_id=self.journal_id), self.config.timeouts.connect
         )
-        self._data_address = st.data_address
-        return self._connect_link(st.data_address)
+        self._data_address = reachable_at(st.data_address, self.address.host)
+        return self._connect_link(self._data_address)
 
     def _connect_link(self, data_address: str) -> _DataLink:
         try:
