@@ -168,20 +168,22 @@ def from_toml(path: str, section: str) -> dict[str, Value]:
         raise ConfigError(f"{path}: cannot read the configuration file: {e.strerror}") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: not valid TOML: {e}") from None
-    for table, body in doc.items():
+    tables: dict[str, dict[str, Value]] = {}
+    for table, body in doc.items():  # every table checked, so a file is refused by any of its users
         if table not in SECTIONS:
             raise ConfigError(f"{path}: unknown table [{table}] (known: {', '.join(f'[{s}]' for s in SECTIONS)})")
         if not isinstance(body, dict):
             raise ConfigError(f"{path}: {table} must be a table ([{table}]), not a value")
-        for key in body:
-            if key not in SECTIONS[table]:
-                raise ConfigError(f"{path}: [{table}] {key}: unknown key (known: {', '.join(SECTIONS[table])})")
-    keys = SECTIONS[section]
-    out: dict[str, Value] = {}
-    for key, raw in doc.get(section, {}).items():
-        where = f"{path}: [{section}] {key}"
-        out[key] = Value(_check(keys, key, raw, where), where)
-    return out
+        keys = SECTIONS[table]
+        tables[table] = {}
+        for key, raw in body.items():
+            where = f"{path}: [{table}] {key}"
+            if key not in keys:
+                raise ConfigError(f"{where}: unknown key (known: {', '.join(keys)})")
+            tables[table][key] = Value(_check(keys, key, raw, where), where)
+            if table == "client":
+                _check_option(key, tables[table][key])
+    return tables.get(section, {})
 
 
 def from_env(env: Mapping[str, str], section: str) -> dict[str, Value]:

@@ -275,6 +275,7 @@ class RemoteLogger:
         self._committed_sent = NO_TXID
         self._out_of_sync = False
         self._fenced: FencedError | None = None  # what put the node out of sync, when it was fencing
+        self._unreachable: NodeUnavailableError | None = None  # ... when the node stopped answering
         self._link: _DataLink | None = None
         # segments whose start is queued or running → batches sent for them meanwhile
         self._starting: dict[int, list[tuple[bytes, int, Future[int] | Delivery, bytes | None]]] = {}
@@ -457,6 +458,7 @@ class RemoteLogger:
                     self._link = link
                     self._out_of_sync = False
                     self._fenced = None
+                    self._unreachable = None
                     backlog = self._take_backlog(txid)
                     for frame, last, fut, commit in backlog:
                         if isinstance(fut, Delivery):
@@ -682,13 +684,19 @@ class RemoteLogger:
                 return  # an old segment's link, closed on purpose
             self._lose_sync(e)
         if not self._closed:
-            log.warning("%s: batches failed (%s); out of sync until the next segment", self._name, e)
+            if isinstance(e, NodeUnavailableError):
+                log.warning("%s: unreachable (%s); no batches to it until the next segment", self._name, e)
+            else:
+                log.warning("%s: batches failed (%s); out of sync until the next segment", self._name, e)
 
     def _lose_sync(self, e: BaseException) -> None:
-        """The node takes no more batches this segment; remember whether it was fencing that did it."""
+        """The node takes no more batches this segment; remember whether fencing or an unreachable
+        node did it, so that later refusals say so."""
         self._out_of_sync = True
         if isinstance(e, FencedError):
             self._fenced = e
+        elif isinstance(e, NodeUnavailableError) and self._unreachable is None:
+            self._unreachable = e
 
     def _not_in_sync(self, detail: str = "") -> QJMError:
         """The error for a batch or finalize this node cannot take. A node out of sync because it
@@ -700,6 +708,11 @@ class RemoteLogger:
                 f"{self._name}: fenced earlier in this segment ({f}){detail}",
                 request_epoch=f.request_epoch,
                 promised_epoch=f.promised_epoch,
+            )
+        u = self._unreachable
+        if u is not None:
+            return NodeUnavailableError(
+                f"{self._name}: unreachable ({u}); no batches to it until the next segment{detail}"
             )
         return OutOfSyncError(f"{self._name}: out of sync until the next segment{detail}")
 
