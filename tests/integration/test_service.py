@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import json
 import os
-import selectors
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,20 +18,26 @@ import qjm
 from qjm.errors import BindError, ConfigError, NodeUnavailableError, QuorumError
 from qjm.server.node import JournalNode
 from qjm.testing.minicluster import MiniJournalCluster
+from qjm.testing.netns import NodeProcess
 from qjm.testing.util import eventually, read_all
 
 HAS_IPV6 = socket.has_ipv6 and os.path.exists("/proc/net/if_inet6")
 
 
-def qjm_cmd(*args: str, env: dict[str, str] | None = None, cwd: str | None = None) -> subprocess.CompletedProcess[str]:
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("QJM_") or k in KEEP_ENV}
-    full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "qjm", *args], capture_output=True, text=True, timeout=120, env=full_env, cwd=cwd
-    )
-
-
 KEEP_ENV = ("QJM_NO_EXTENSIONS", "QJM_REQUIRE_NATIVE", "QJM_IO_URING")
+
+
+def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment without QJM_* settings (the backend switches kept), plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QJM_") or k in KEEP_ENV}
+    env.update(extra or {})
+    return env
+
+
+def qjm_cmd(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "qjm", *args], capture_output=True, text=True, timeout=120, env=clean_env(env)
+    )
 
 
 def assert_clean_error(r: subprocess.CompletedProcess[str], *needles: str, code: int = 1) -> None:
@@ -42,60 +46,6 @@ def assert_clean_error(r: subprocess.CompletedProcess[str], *needles: str, code:
     assert "Traceback" not in r.stderr, r.stderr
     for n in needles:
         assert n in r.stderr, (n, r.stderr)
-
-
-class NodeProcess:
-    """``qjm journalnode`` as a subprocess; ``ready`` is its READY line as a dict."""
-
-    def __init__(self, *args: str, env: dict[str, str] | None = None, log: Path) -> None:
-        full_env = {k: v for k, v in os.environ.items() if not k.startswith("QJM_") or k in KEEP_ENV}
-        full_env.update(env or {})
-        self.log = log
-        with open(log, "ab") as f:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "qjm", "journalnode", "--ready-line", *args],
-                stdout=subprocess.PIPE,
-                stderr=f,
-                env=full_env,
-            )
-        self.ready = self._await_ready()
-
-    def _await_ready(self) -> dict[str, str]:
-        assert self.proc.stdout is not None
-        sel = selectors.DefaultSelector()
-        sel.register(self.proc.stdout, selectors.EVENT_READ)
-        deadline = time.monotonic() + 30
-        line = b""
-        while not line.endswith(b"\n"):
-            left = deadline - time.monotonic()
-            if left <= 0 or not sel.select(left):
-                self.stop()
-                raise AssertionError(f"node not ready in 30 s: {self.log.read_text()}")
-            b = os.read(self.proc.stdout.fileno(), 4096)
-            if not b:
-                raise AssertionError(f"node exited {self.proc.wait()}: {self.log.read_text()}")
-            line += b
-        sel.close()
-        words = line.decode().split()
-        assert words[0] == "READY", line
-        # READY rpc=B data=B advertised rpc=A data=A
-        return {
-            "rpc_bind": words[1].split("=", 1)[1],
-            "data_bind": words[2].split("=", 1)[1],
-            "rpc": words[4].split("=", 1)[1],
-            "data": words[5].split("=", 1)[1],
-        }
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
 
 
 @pytest.fixture
@@ -123,7 +73,7 @@ def test_a_wildcard_bind_is_never_advertised_and_clients_still_reach_the_data_pl
     and the writer dials the host it reached the control plane at."""
     for i in range(3):
         args = ["--data-dir", str(tmp_path / f"n{i}"), "--bind", "0.0.0.0", "--rpc-port", "0", "--data-port", "0"]
-        nodes.append(NodeProcess(*args, log=tmp_path / f"n{i}.log"))
+        nodes.append(NodeProcess(args, log=tmp_path / f"n{i}.log", env=clean_env()))
     for n in nodes:
         assert n.ready["rpc_bind"].startswith("0.0.0.0:")
         assert n.ready["data"].startswith(":") and "0.0.0.0" not in n.ready["data"]
@@ -199,10 +149,10 @@ def test_a_node_configured_by_file_env_and_flags_in_that_precedence(tmp_path: Pa
     toml = tmp_path / "qjm.toml"
     toml.write_text(f'[journalnode]\ndata_dir = "{tmp_path / "from-toml"}"\ndata_port = {ports[1]}\n')
     n = NodeProcess(
-        "--hadoop-conf", str(xml), "--config", str(toml), "--data-port", str(ports[3]),
-        env={"QJM_DATA_PORT": str(ports[2]), "QJM_RPC_ADVERTISE": "localhost"},
+        ["--hadoop-conf", str(xml), "--config", str(toml), "--data-port", str(ports[3])],
+        env=clean_env({"QJM_DATA_PORT": str(ports[2]), "QJM_RPC_ADVERTISE": "localhost"}),
         log=tmp_path / "n.log",
-    )  # fmt: skip
+    )
     nodes.append(n)
     assert n.ready["rpc_bind"] == f"127.0.0.1:{ports[0]}"  # from the XML: nothing above sets it
     assert n.ready["data_bind"] == f"127.0.0.1:{ports[3]}"  # the flag beat env, TOML
