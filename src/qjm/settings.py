@@ -109,12 +109,15 @@ NODE_KEYS: dict[str, tuple[Converter, str]] = {
     "data_dir": (_text, "directory holding the journals (created if missing)"),
     "bind": (_host, f"host both ports listen on (default {DEFAULT_BIND}; 0.0.0.0 or :: for every interface)"),
     "rpc_bind": (_host, "host the control-plane port listens on (default: bind)"),
-    "data_bind": (_host, "host the data-plane port listens on (default: bind)"),
+    "data_bind": (_host, "host the data-plane port listens on (default: bind, else rpc_bind)"),
     "rpc_port": (_port, f"control-plane (gRPC) port (default {DEFAULT_RPC_PORT}; 0 picks a free one)"),
     "data_port": (_port, f"data-plane (framed TCP) port (default {DEFAULT_DATA_PORT}; 0 picks a free one)"),
     "advertise": (_advertise_host, "host clients are told for both ports (default: the bind host)"),
     "rpc_advertise": (_advertise, "HOST[:PORT] clients are told for the control plane (default: advertise)"),
-    "data_advertise": (_advertise, "HOST[:PORT] clients are told for the data plane (default: advertise)"),
+    "data_advertise": (
+        _advertise,
+        "HOST[:PORT] clients are told for the data plane (default: advertise, else rpc_advertise's host)",
+    ),
     "http_address": (_host_port, "HOST:PORT of the HTTP port (Hadoop's dfs.journalnode.http-address)"),
 }
 
@@ -342,11 +345,26 @@ def config_from_hadoop_xml(path: str) -> QJMConfig:
 # -- merging ---------------------------------------------------------------------------------------
 
 
+# A shared key stands for its per-port keys within its own layer, so that a flag --bind beats a
+# file's rpc_bind, while a file's rpc_bind beats the same file's bind.
+SHARED_KEYS = {"bind": ("rpc_bind", "data_bind"), "advertise": ("rpc_advertise", "data_advertise")}
+
+
+def _expand(layer: Mapping[str, Value]) -> dict[str, Value]:
+    out = dict(layer)
+    for shared, per_port in SHARED_KEYS.items():
+        if shared in out:
+            v = out.pop(shared)
+            for key in per_port:
+                out.setdefault(key, v)
+    return out
+
+
 def merge(*layers: Mapping[str, Value]) -> dict[str, Value]:
     """Layers from the lowest precedence to the highest: a later layer's key wins."""
     out: dict[str, Value] = {}
     for layer in layers:
-        out.update(layer)
+        out.update(_expand(layer))
     return out
 
 
@@ -404,7 +422,7 @@ class NodeSettings:
 
 
 def node_settings(values: Mapping[str, Value]) -> NodeSettings:
-    """Resolve the per-port keys against the shared ones (``rpc_bind`` over ``bind``, ...)."""
+    """The node's settings from merged values (shared keys already expanded by ``merge``)."""
 
     def get(key: str, fallback: Any = None) -> Any:
         return values[key].value if key in values else fallback
@@ -414,16 +432,16 @@ def node_settings(values: Mapping[str, Value]) -> NodeSettings:
             "no data directory: give --data-dir, QJM_DATA_DIR, data_dir in the [journalnode] table of "
             "--config, or dfs.journalnode.edits.dir in --hadoop-conf"
         )
-    bind = get("bind", DEFAULT_BIND)
-    advertise = get("advertise")
+    rpc_bind = get("rpc_bind", DEFAULT_BIND)
+    rpc_advertise = get("rpc_advertise")
     return NodeSettings(
         data_dir=get("data_dir"),
-        rpc_bind=get("rpc_bind", bind),
-        data_bind=get("data_bind", bind),
+        rpc_bind=rpc_bind,
+        data_bind=get("data_bind", rpc_bind),  # the data plane follows the control plane unless told
         rpc_port=get("rpc_port", DEFAULT_RPC_PORT),
         data_port=get("data_port", DEFAULT_DATA_PORT),
-        rpc_advertise=get("rpc_advertise", advertise),
-        data_advertise=get("data_advertise", advertise),
+        rpc_advertise=rpc_advertise,
+        data_advertise=get("data_advertise", split_host_port(rpc_advertise, 0)[0] if rpc_advertise else None),
         http_address=get("http_address"),
         origins=tuple((k, v.origin) for k, v in sorted(values.items())),
     )
