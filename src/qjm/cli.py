@@ -312,7 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=f"Journal URIs: {URI_SYNTAX}. Settings: flags > QJM_* environment > --config > --hadoop-conf > "
         "defaults (docs/configuration.md).",
     )
-    p.add_argument("--version", action="version", version=f"qjm {__version__}")
+    p.add_argument("--version", action="version", version=f"qjm {__version__}", help="print the version and exit")
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
     p.commands = sub.choices
@@ -364,18 +364,18 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("cluster", help="local clusters for trying qjm out")
     cs = s.add_subparsers(dest="cluster_cmd", required=True)
     up = cs.add_parser("up", help="run N local JournalNodes until Ctrl-C")
-    up.add_argument("--nodes", type=int, default=3)
-    up.add_argument("--dir", default=None)
-    up.add_argument("--journal", default="demo")
+    up.add_argument("--nodes", type=int, default=3, help="how many JournalNodes (default 3)")
+    up.add_argument("--dir", default=None, help="keep the nodes' data here (default: a temporary directory)")
+    up.add_argument("--journal", default="demo", help="journal id of the URI printed (default demo)")
     up.set_defaults(fn=_cluster_up)
 
     s = sub.add_parser("demo", help="3 nodes, a writer, a node killed, a failover, everything read back")
-    s.add_argument("--records", type=int, default=2000)
+    s.add_argument("--records", type=int, default=2000, help="records the demo writes (default 2000)")
     s.set_defaults(fn=_demo)
 
     s = sub.add_parser("bench", help="latency/throughput against the disk's floor")
-    s.add_argument("--smoke", action="store_true")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--smoke", action="store_true", help="a short run that checks the bench works")
+    s.add_argument("--json", action="store_true", help="print the results as JSON")
     s.add_argument("--plot", default=None, metavar="PNG", help="latency CDF and throughput bars (matplotlib)")
     s.add_argument("--peers", action="store_true", help="also ZooKeeper, etcd and NATS JetStream on loopback")
     s.set_defaults(fn=_bench)
