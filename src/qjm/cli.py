@@ -421,3 +421,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return UNKNOWN if a.cmd == "status" else 1
     except BrokenPipeError:
         os._exit(0)
+    except OSError as e:  # a path or resource the user named (a directory that cannot be made...)
+        where = f": {e.filename}" if e.filename else ""
+        print(f"qjm {a.cmd}: {e.strerror or e}{where}", file=sys.stderr)
+        return UNKNOWN if a.cmd == "status" else 1

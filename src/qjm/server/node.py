@@ -12,7 +12,7 @@ import grpc
 
 from qjm._native import framing
 from qjm.addresses import advertised, check_bindable, join_host_port
-from qjm.errors import CorruptFrameError, NotFoundError
+from qjm.errors import BindError, CorruptFrameError, NotFoundError
 from qjm.protocol import qjournal_pb2 as pb
 from qjm.protocol.rpcmeta import GRPC_OPTIONS, add_servicer, make_stub
 from qjm.server.data import DataServer
@@ -80,9 +80,12 @@ class JournalNode:
         self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=rpc_workers), options=GRPC_OPTIONS)
         add_servicer(QJournalServicer(self.get_journal, lambda: self.data_address), self._grpc)
         check_bindable(host, rpc_port, "control plane")
-        self.rpc_port = self._grpc.add_insecure_port(join_host_port(host, rpc_port))
+        try:
+            self.rpc_port = self._grpc.add_insecure_port(join_host_port(host, rpc_port))
+        except RuntimeError:  # taken between the check and here; gRPC says no more than this
+            self.rpc_port = 0
         if self.rpc_port == 0:
-            raise OSError(f"cannot bind the control plane to {join_host_port(host, rpc_port)}")
+            raise BindError(f"cannot bind the control plane to {join_host_port(host, rpc_port)}")
         check_bindable(self.data_host, data_port, "data plane")
         self._data = DataServer((self.data_host, data_port), self.get_journal)
         self.data_port = self._data.server_address[1]
