@@ -8,8 +8,8 @@ refused at start naming the file (or variable, or flag), the key and what is wro
 The TOML file has a ``[journalnode]`` table and a ``[client]`` table; their keys are the names in
 ``NODE_KEYS`` and ``CLIENT_KEYS``, and ``QJM_<KEY>`` (upper case) sets the same key from the
 environment. Unknown tables and keys in the TOML file are errors (a typo must not fall back to a
-default silently); an hdfs-site.xml holds many keys for other daemons, so only the ones listed in
-``HADOOP_NODE_KEYS``/``HADOOP_CLIENT_KEYS`` are read from it.
+default silently); an hdfs-site.xml holds many keys for other daemons, so only the ones
+``hadoop_node`` and ``hadoop_client`` know are read from it.
 """
 
 from __future__ import annotations
@@ -224,19 +224,6 @@ HADOOP_TIMEOUT_KEYS = {
     "dfs.qjournal.select-input-streams.timeout.ms": "select_input_streams_timeout",
 }
 SHARED_EDITS_KEY = "dfs.namenode.shared.edits.dir"
-HADOOP_NODE_KEYS = (
-    "dfs.journalnode.edits.dir",
-    "dfs.journalnode.rpc-address",
-    "dfs.journalnode.rpc-bind-host",
-    "dfs.journalnode.http-address",
-    "dfs.journalnode.http-bind-host",
-)
-HADOOP_CLIENT_KEYS = (
-    *HADOOP_TIMEOUT_KEYS,
-    "dfs.qjournal.queued-edits.limit.mb",
-    "dfs.qjm.operations.timeout",
-    f"{SHARED_EDITS_KEY}[.<nameservice>[.<namenode>]]",
-)
 
 
 def read_hadoop_xml(path: str) -> dict[str, str]:

@@ -80,13 +80,13 @@ class JournalNode:
         self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=rpc_workers), options=GRPC_OPTIONS)
         add_servicer(QJournalServicer(self.get_journal, lambda: self.data_address), self._grpc)
         check_bindable(host, rpc_port, "control plane")
+        check_bindable(self.data_host, data_port, "data plane")  # before gRPC holds the other port
         try:
             self.rpc_port = self._grpc.add_insecure_port(join_host_port(host, rpc_port))
         except RuntimeError:  # taken between the check and here; gRPC says no more than this
             self.rpc_port = 0
         if self.rpc_port == 0:
             raise BindError(f"cannot bind the control plane to {join_host_port(host, rpc_port)}")
-        check_bindable(self.data_host, data_port, "data plane")
         self._data = DataServer((self.data_host, data_port), self.get_journal)
         self.data_port = self._data.server_address[1]
         self._data_thread: threading.Thread | None = None
