@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import pytest
 import qjm
 from qjm.errors import BindError, ConfigError, NodeUnavailableError, QuorumError
 from qjm.server.node import JournalNode
+from qjm.settings import load_client_settings
 from qjm.testing.minicluster import MiniJournalCluster
 from qjm.testing.netns import NodeProcess
 from qjm.testing.util import eventually, read_all
@@ -300,3 +302,24 @@ def test_a_node_that_stopped_answering_is_reported_unreachable_not_out_of_sync(c
     for c in causes.values():
         assert isinstance(c, NodeUnavailableError) and "unreachable" in str(c), repr(c)
     w.abort()
+
+
+def test_the_format_hint_is_safe_to_paste_into_a_shell(icluster: MiniJournalCluster) -> None:
+    """The hint used to read `qjm format qjournal://a;b;c/x`: pasted, the shell ran three commands."""
+    uri = icluster.uri_for("unformatted")
+    with pytest.raises(qjm.NotFormattedError) as info:
+        qjm.open_writer(uri)
+    hint = str(info.value).split("run: ", 1)[1].split(" (or", 1)[0]
+    assert shlex.split(hint) == ["qjm", "format", uri]
+
+
+def test_load_client_settings_for_an_application(icluster: MiniJournalCluster, tmp_path: Path) -> None:
+    toml = tmp_path / "client.toml"
+    toml.write_text(f'[client]\nuri = "{icluster.uri}"\nbatch_bytes = 4096\n')
+    st = load_client_settings(config_path=str(toml), env={"QJM_BATCH_DELAY": "0.01"})
+    assert st.uri == icluster.uri and st.config.batch_bytes == 4096 and st.config.batch_delay == 0.01
+    w = qjm.open_writer(st.uri, create=True, config=st.config)
+    w.append(b"x")
+    w.sync()
+    w.close()
+    assert read_all(icluster.uri) == [(1, b"x")]
