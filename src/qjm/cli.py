@@ -15,13 +15,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 from qjm._version import __version__
-from qjm.config import URI_SYNTAX
+from qjm.config import URI_SYNTAX, QJMConfig
 from qjm.errors import ConfigError, NodeUnavailableError, QJMError, StorageError
 from qjm.settings import (
     CONFIG_ENV,
     HADOOP_CONF_ENV,
     NODE_KEYS,
-    ClientSettings,
     client_settings,
     flag_name,
     gather,
@@ -39,6 +38,7 @@ def _journalnode(a: argparse.Namespace) -> int:
     st = node_settings(
         gather("journalnode", flags=flags, config_path=a.config, hadoop_conf=a.hadoop_conf, env=os.environ)
     )
+    logging.getLogger("qjm").info("settings: %s", ", ".join(f"{k} from {where}" for k, where in st.origins))
     _check_data_dir(st.data_dir)
     hooks = ServerFaults.parse(a.fault) if a.fault else None
     node = JournalNode(
@@ -71,8 +71,8 @@ def _check_data_dir(path: str) -> None:
         raise StorageError(f"cannot use data directory {path}: {e.strerror or e}") from None
 
 
-def _client(a: argparse.Namespace) -> ClientSettings:
-    """The URI and client settings of a command: its URI argument over --config, QJM_URI and --hadoop-conf."""
+def _client(a: argparse.Namespace) -> tuple[str, QJMConfig]:
+    """The URI and client settings of a command: its URI argument over QJM_URI, --config and --hadoop-conf."""
     st = client_settings(
         gather("client", flags={"uri": a.uri}, config_path=a.config, hadoop_conf=a.hadoop_conf, env=os.environ)
     )
@@ -80,25 +80,24 @@ def _client(a: argparse.Namespace) -> ClientSettings:
         raise ConfigError(
             f"no journal URI: give it as an argument, QJM_URI, or uri in [client] of --config ({URI_SYNTAX})"
         )
-    return st
+    return st.uri, st.config
 
 
 def _format(a: argparse.Namespace) -> int:
     from qjm.client.manager import QuorumJournalManager
 
-    st = _client(a)
-    with QuorumJournalManager(st.uri or "", config=st.config) as m:
+    uri, config = _client(a)
+    with QuorumJournalManager(uri, config=config) as m:
         m.format(force=a.force)
-    print(f"formatted {st.uri}")
+    print(f"formatted {uri}")
     return 0
 
 
 def _status(a: argparse.Namespace) -> int:
     from qjm.client.manager import QuorumJournalManager
 
-    st = _client(a)
-    uri = st.uri or ""
-    with QuorumJournalManager(uri, config=st.config) as m:
+    uri, config = _client(a)
+    with QuorumJournalManager(uri, config=config) as m:
         asked = [(lg.name, lg.status()) for lg in m.loggers.loggers]  # type: ignore[attr-defined]
         rows: list[dict[str, object]] = []
         for name, fut in asked:  # all asked at once: a dead node costs one connect timeout, not one each
@@ -121,8 +120,8 @@ def _status(a: argparse.Namespace) -> int:
 def _tail(a: argparse.Namespace) -> int:
     from qjm.client.reader import open_reader
 
-    st = _client(a)
-    r = open_reader(st.uri or "", a.from_txid, include_in_progress=True, config=st.config)
+    uri, config = _client(a)
+    r = open_reader(uri, a.from_txid, include_in_progress=True, config=config)
     it = r.tail() if a.follow else iter(r)
     try:
         for txid, rec in it:
