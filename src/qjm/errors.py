@@ -126,6 +126,12 @@ class StorageError(QJMError, OSError):
     code = "STORAGE"
 
 
+class BindError(QJMError, OSError):
+    """A node cannot listen where it was told to: the port is taken, or the address is not this host's."""
+
+    code = "BIND"
+
+
 class NodeUnavailableError(QJMError):
     """The node did not answer (down, paused past the timeout, or connection refused)."""
 

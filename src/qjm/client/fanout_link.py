@@ -26,6 +26,7 @@ from types import ModuleType
 
 from qjm import errors
 from qjm._native import fanout
+from qjm.addresses import split_host_port
 from qjm.client.channel import _DataLink
 from qjm.errors import CorruptFrameError, NodeTooFarBehindError, NodeUnavailableError
 from qjm.protocol import wire
@@ -122,8 +123,7 @@ class FanoutLink(_DataLink):
     ) -> None:
         # _DataLink.__init__ is not called: it would start the two threads this class replaces.
         self.name = name
-        host, port = address.rsplit(":", 1)
-        self._sock = socket.create_connection((host, int(port)), timeout=connect_timeout)
+        self._sock = socket.create_connection(split_host_port(address), timeout=connect_timeout)
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._pending: collections.deque[tuple[int, Future[int], int]] = collections.deque()
         self._lock = threading.Lock()
