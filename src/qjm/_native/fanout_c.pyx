@@ -562,19 +562,6 @@ cdef class Fanout:
             pthread_mutex_unlock(&l.mu)
         return c, b
 
-    def unsent(self, link):
-        """Bytes queued on this link that the socket has not taken yet."""
-        cdef int s = 0
-        cdef link_t *l = self._get(link, &s)
-        cdef Py_ssize_t i
-        cdef Py_ssize_t total = 0
-        with nogil:
-            pthread_mutex_lock(&l.mu)
-            for i in range(l.qhead, l.qlen):
-                total += l.q[i].len - l.q[i].off
-            pthread_mutex_unlock(&l.mu)
-        return total
-
     def quorum_txid(self, links):
         """Highest txid acknowledged by a majority of ``links`` (0 when none or no majority has one)."""
         cdef list acks = []

@@ -282,12 +282,6 @@ class Fanout:
         with lk.lock:
             return len(lk.inflight), lk.inflight_bytes
 
-    def unsent(self, link: int) -> int:
-        """Bytes queued on this link that the socket has not taken yet."""
-        lk = self._get(link)
-        with lk.lock:
-            return sum(len(v) for v in lk.queue)
-
     def quorum_txid(self, links: Iterable[int]) -> int:
         """Highest txid acknowledged by a majority of ``links`` (0 when none or no majority has one)."""
         acks = sorted((self.acked(link) for link in links), reverse=True)

@@ -242,9 +242,6 @@ class MemoryStorage:
         self._files[inprogress_name(start)] = self._file(self._temp_name(start, epoch))
         del self._files[self._temp_name(start, epoch)]
 
-    def free_bytes(self) -> int:
-        return max(0, self.capacity - sum(len(f.data) for f in self._files.values()))
-
 
 if TYPE_CHECKING:
     _conforms: JournalStorage = MemoryStorage("type-check")
