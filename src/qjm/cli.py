@@ -1,4 +1,14 @@
-"""The ``qjm`` command: run a JournalNode, format, inspect and tail journals, try it out locally."""
+"""The operator's ``qjm`` commands: run a JournalNode, format, inspect and tail journals, dump segments.
+
+These are the commands that work on real nodes and journal files, and nothing here imports the test
+harness. The commands that start clusters or simulations of their own (``cluster up``, ``demo``,
+``bench``, ``sim``, ``faultsim``, ``chaos``) are ``qjm.testing.cli``'s; ``qjm.__main__`` builds the
+``qjm`` command from both, each side adding its subcommands with its ``register``. The boundary is
+a module boundary rather than a set of imports deferred into function bodies, so that reading this
+file's imports tells what an operator's command depends on, and a node started by ``qjm
+journalnode`` serves with the hooks of the protocol code only: fault injection reaches a node
+through ``qjm.testing.node``, which serves a node the way ``serve_node`` does, with its hooks.
+"""
 
 from __future__ import annotations
 
@@ -9,16 +19,32 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from qjm._native import framing
+from qjm.client.manager import QuorumJournalManager
+from qjm.client.reader import open_reader
 from qjm.errors import QJMError
+from qjm.protocol.frame import SEGMENT_HEADER_SIZE
+from qjm.server.journal import JournalHooks
+from qjm.server.node import JournalNode
+
+AddCommand = Callable[..., argparse.ArgumentParser]
+"""``add_parser`` of the ``qjm`` command's subcommands: ``add(name, help=...)`` returns its parser."""
+Register = Callable[[AddCommand], None]
 
 
-def _journalnode(a: argparse.Namespace) -> int:
-    from qjm.server.node import JournalNode
-    from qjm.testing.faults import ServerFaults
+def add_node_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of a JournalNode process."""
+    p.add_argument("--data-dir", required=True)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--rpc-port", type=int, default=8485)
+    p.add_argument("--data-port", type=int, default=8486)
+    p.add_argument("--ready-line", action="store_true", help="print READY ... on stdout once serving")
 
-    hooks = ServerFaults.parse(a.fault) if a.fault else None
+
+def serve_node(a: argparse.Namespace, hooks: JournalHooks | None = None) -> int:
+    """Serve a JournalNode with the options of ``add_node_arguments`` until SIGTERM or SIGINT."""
     node = JournalNode(a.data_dir, host=a.host, rpc_port=a.rpc_port, data_port=a.data_port, hooks=hooks).start()
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -34,8 +60,6 @@ def _journalnode(a: argparse.Namespace) -> int:
 
 
 def _format(a: argparse.Namespace) -> int:
-    from qjm.client.manager import QuorumJournalManager
-
     with QuorumJournalManager(a.uri) as m:
         m.format(force=a.force)
     print(f"formatted {a.uri}")
@@ -43,8 +67,6 @@ def _format(a: argparse.Namespace) -> int:
 
 
 def _status(a: argparse.Namespace) -> int:
-    from qjm.client.manager import QuorumJournalManager
-
     with QuorumJournalManager(a.uri) as m:
         rows = []
         for lg in m.loggers.loggers:
@@ -75,8 +97,6 @@ def _status(a: argparse.Namespace) -> int:
 
 
 def _tail(a: argparse.Namespace) -> int:
-    from qjm.client.reader import open_reader
-
     r = open_reader(a.uri, a.from_txid, include_in_progress=True)
     it = r.tail() if a.follow else iter(r)
     try:
@@ -91,9 +111,6 @@ def _tail(a: argparse.Namespace) -> int:
 
 
 def _dump(a: argparse.Namespace) -> int:
-    from qjm._native import framing
-    from qjm.protocol.frame import SEGMENT_HEADER_SIZE
-
     with open(a.file, "rb") as f:
         data = f.read()
     try:
@@ -118,192 +135,48 @@ def _dump(a: argparse.Namespace) -> int:
     return 0 if res.tail == "clean" else 2
 
 
-def _cluster_up(a: argparse.Namespace) -> int:
-    from qjm.testing.minicluster import MiniJournalCluster
+def register(add: AddCommand) -> None:
+    """Add the operator's commands to the ``qjm`` command."""
+    s = add("journalnode", help="run a JournalNode")
+    add_node_arguments(s)
+    s.set_defaults(fn=serve_node)
 
-    with MiniJournalCluster(a.nodes, a.dir, journal_id=a.journal) as c:
-        print(f"{a.nodes} JournalNodes up; data in {c.base_dir}")
-        print(f"URI: {c.uri}")
-        print("Ctrl-C to stop.", flush=True)
-        done = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: done.set())
-        try:
-            done.wait()
-        except KeyboardInterrupt:
-            pass
-    return 0
-
-
-def _demo(a: argparse.Namespace) -> int:
-    from qjm.demo import run_demo
-
-    return run_demo(records=a.records)
-
-
-def _bench(a: argparse.Namespace) -> int:
-    from qjm.bench import run
-
-    run(smoke=a.smoke, json_out=a.json, plot=a.plot, peers=a.peers)
-    return 0
-
-
-def _sim(a: argparse.Namespace) -> int:
-    """Replay one simulator seed (or run the double-failure sweep / the small-world search)."""
-    from qjm.testing.bugs import ProtocolBugs
-
-    if not a.verbose:
-        logging.getLogger("qjm").setLevel(logging.ERROR)  # torn tails are expected in a fault run
-    bugs = ProtocolBugs.parse(a.bugs)
-    if a.sweep:
-        from qjm.testing.exhaustive import double_failure_sweep
-
-        sw = double_failure_sweep(bugs=bugs)
-        print(f"double-failure sweep: {sw.runs} runs, calls per node {sw.calls_per_node}, {sw.acked_txids} txids "
-              f"acknowledged, {len(sw.violations)} violations, {sw.seconds:.1f}s")  # fmt: skip
-        for plan, r in sw.violations[:5]:
-            print(f"  faults {plan}: {r.violation}")
-        return 0 if sw.ok else 1
-    if a.explore:
-        from qjm.testing.exhaustive import explore, small_worlds
-
-        bad = 0
-        for w in small_worlds():
-            e = explore(w, bugs=bugs, time_limit=a.time_limit)
-            done = "complete" if e.complete else f"stopped after {a.time_limit:g}s"
-            print(f"{w.name}: {e.states} states, {e.runs} executions, {e.seconds:.1f}s, {done}, "
-                  f"{len(e.violations)} violations")  # fmt: skip
-            for _path, r in e.violations:
-                bad += 1
-                print(f"  {r.violation}")
-                if a.trace:
-                    print("\n".join("    " + t for t in r.trace))
-        return 1 if bad else 0
-    from qjm.testing.sim import run_seed
-
-    if a.seed is None:
-        print("qjm sim: give --seed N (or --sweep / --explore)", file=sys.stderr)
-        return 2
-    r = run_seed(a.seed, steps=a.steps, bugs=bugs, keep_trace=True)
-    if a.trace:
-        print("\n".join(r.trace))
-    verdict = "ok" if r.ok else f"VIOLATION: {r.violation}"
-    print(f"seed {a.seed}: {verdict}")
-    print("  " + ", ".join(f"{k} {v}" for k, v in sorted(r.stats.items()) if v))
-    return 0 if r.ok else 1
-
-
-def _faultsim(a: argparse.Namespace) -> int:
-    """Many simulator seeds over Spark (or a local process pool without pyspark)."""
-    from qjm.testing.faultsim import parse_range, run_faultsim
-
-    rep = run_faultsim(
-        parse_range(a.seeds), master=a.master, steps=a.steps, bugs=a.bugs, batch=a.batch,
-        use_spark=False if a.local else None,
-    )  # fmt: skip
-    print(rep.summary())
-    return 0 if not rep.failures else 1
-
-
-def _chaos(a: argparse.Namespace) -> int:
-    """Writer processes and JournalNodes killed and paused at random; verify every acknowledged txid."""
-    from qjm.testing.chaos import ChaosConfig, parse_duration, run_chaos
-
-    cfg = ChaosConfig(
-        duration=parse_duration(a.duration), writers=a.writers, nodes=a.nodes, seed=a.seed, proxy=not a.no_proxy,
-        base_dir=a.dir,
-    )  # fmt: skip
-    rep = run_chaos(cfg, out=sys.stderr)
-    print(rep.summary())
-    return 0 if rep.ok else 1
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="qjm", description="qjm: a replicated, fenced write-ahead log")
-    p.add_argument("-v", "--verbose", action="store_true", help="log at INFO")
-    sub = p.add_subparsers(dest="cmd", required=True)
-
-    s = sub.add_parser("journalnode", help="run a JournalNode")
-    s.add_argument("--data-dir", required=True)
-    s.add_argument("--host", default="127.0.0.1")
-    s.add_argument("--rpc-port", type=int, default=8485)
-    s.add_argument("--data-port", type=int, default=8486)
-    s.add_argument("--fault", default="", help=argparse.SUPPRESS)
-    s.add_argument("--ready-line", action="store_true", help="print READY ... on stdout once serving")
-    s.set_defaults(fn=_journalnode)
-
-    s = sub.add_parser("format", help="format a journal on every node")
+    s = add("format", help="format a journal on every node")
     s.add_argument("uri")
     s.add_argument("--force", action="store_true", help="wipe existing data")
     s.set_defaults(fn=_format)
 
-    s = sub.add_parser("status", help="per-node epochs, segments, committed txid and lag")
+    s = add("status", help="per-node epochs, segments, committed txid and lag")
     s.add_argument("uri")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=_status)
 
-    s = sub.add_parser("tail", help="print committed records")
+    s = add("tail", help="print committed records")
     s.add_argument("uri")
     s.add_argument("--from", dest="from_txid", type=int, default=1)
     s.add_argument("-f", "--follow", action="store_true")
     s.add_argument("--hex", action="store_true")
     s.set_defaults(fn=_tail)
 
-    s = sub.add_parser("dump", help="show the frames of a segment file")
+    s = add("dump", help="show the frames of a segment file")
     s.add_argument("file")
     s.add_argument("--records", action="store_true")
     s.set_defaults(fn=_dump)
 
-    s = sub.add_parser("cluster", help="local clusters for trying qjm out")
-    cs = s.add_subparsers(dest="cluster_cmd", required=True)
-    up = cs.add_parser("up", help="run N local JournalNodes until Ctrl-C")
-    up.add_argument("--nodes", type=int, default=3)
-    up.add_argument("--dir", default=None)
-    up.add_argument("--journal", default="demo")
-    up.set_defaults(fn=_cluster_up)
 
-    s = sub.add_parser("demo", help="3 nodes, a writer, a node killed, a failover, everything read back")
-    s.add_argument("--records", type=int, default=2000)
-    s.set_defaults(fn=_demo)
-
-    s = sub.add_parser("bench", help="latency/throughput against the disk's floor")
-    s.add_argument("--smoke", action="store_true")
-    s.add_argument("--json", action="store_true")
-    s.add_argument("--plot", default=None, metavar="PNG", help="latency CDF and throughput bars (matplotlib)")
-    s.add_argument("--peers", action="store_true", help="also ZooKeeper, etcd and NATS JetStream on loopback")
-    s.set_defaults(fn=_bench)
-
-    s = sub.add_parser("sim", help="deterministic fault simulation: replay a seed, sweep double failures, search")
-    s.add_argument("--seed", type=int, default=None, help="the seed to run")
-    s.add_argument("--trace", action="store_true", help="print every call, fault and check of the run")
-    s.add_argument("--steps", type=int, default=400, help="scheduler steps before the final recovery")
-    s.add_argument("--bugs", default="", help="test-only protocol bugs to switch on (comma separated)")
-    s.add_argument("--sweep", action="store_true", help="the double-failure sweep (Hadoop TestQJMWithFaults)")
-    s.add_argument("--explore", action="store_true", help="search every execution of the small worlds")
-    s.add_argument("--time-limit", type=float, default=120.0, help="seconds per world for --explore")
-    s.set_defaults(fn=_sim)
-
-    s = sub.add_parser("faultsim", help="run many simulator seeds on Spark (any master) or a local pool")
-    s.add_argument("--seeds", default="0:10000", help="lo:hi")
-    s.add_argument("--master", default="local[*]")
-    s.add_argument("--steps", type=int, default=400)
-    s.add_argument("--bugs", default="")
-    s.add_argument("--batch", type=int, default=None, help="seeds per Spark job (progress is printed per job)")
-    s.add_argument("--local", action="store_true", help="use a local process pool even if pyspark imports")
-    s.set_defaults(fn=_faultsim)
-
-    s = sub.add_parser("chaos", help="process-level chaos: writers and nodes SIGKILLed/SIGSTOPped, then verified")
-    s.add_argument("--duration", default="60s", help="e.g. 60s, 10m")
-    s.add_argument("--writers", type=int, default=3)
-    s.add_argument("--nodes", type=int, default=3)
-    s.add_argument("--seed", type=int, default=None)
-    s.add_argument("--dir", default=None, help="keep the cluster and logs here")
-    s.add_argument("--no-proxy", action="store_true", help="no TCP proxy in front of the nodes")
-    s.set_defaults(fn=_chaos)
+def build_parser(*groups: Register) -> argparse.ArgumentParser:
+    """The ``qjm`` parser with the subcommands each of ``groups`` registers."""
+    p = argparse.ArgumentParser(prog="qjm", description="qjm: a replicated, fenced write-ahead log")
+    p.add_argument("-v", "--verbose", action="store_true", help="log at INFO")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    for group in groups:
+        group(sub.add_parser)
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    a = build_parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, groups: Sequence[Register] = (register,)) -> int:
+    """Run one ``qjm`` command; ``groups`` register the commands there are (the operator's alone here)."""
+    a = build_parser(*groups).parse_args(argv)
     level = logging.INFO if a.verbose or a.cmd == "journalnode" else logging.WARNING
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:

@@ -168,7 +168,7 @@ class MiniJournalCluster:
             ).start()
             return
         cmd = [
-            sys.executable, "-m", "qjm", "journalnode",
+            sys.executable, "-m", "qjm.testing.node",
             "--data-dir", n.data_dir, "--host", self.host,
             "--rpc-port", str(n.rpc_port), "--data-port", str(n.data_port), "--ready-line",
         ]  # fmt: skip
