@@ -95,3 +95,6 @@ class Receiver:
 
     def ack(self, txid: int) -> None:
         """Tell the writer everything through ``txid`` is durable."""
+
+def wire_layout() -> dict[str, dict[str, int]]:
+    """Field offsets and sizes of the data-plane message headers, and the constants, from include/qjm/wire.h."""
