@@ -1,13 +1,13 @@
 """The operator's ``qjm`` commands: run a JournalNode, format, inspect and tail journals, dump segments.
 
-These are the commands that work on real nodes and journal files, and nothing here imports the test
-harness. The commands that start clusters or simulations of their own (``cluster up``, ``demo``,
-``bench``, ``sim``, ``faultsim``, ``chaos``) are ``qjm.testing.cli``'s; ``qjm.__main__`` builds the
-``qjm`` command from both, each side adding its subcommands with its ``register``. The boundary is
-a module boundary rather than a set of imports deferred into function bodies, so that reading this
-file's imports tells what an operator's command depends on, and a node started by ``qjm
-journalnode`` serves with the hooks of the protocol code only: fault injection reaches a node
-through ``qjm.testing.node``, which serves a node the way ``serve_node`` does, with its hooks.
+These commands work on real nodes and journal files. The ones that start clusters or simulations of
+their own (``cluster up``, ``demo``, ``bench``, ``sim``, ``faultsim``, ``chaos``) are
+``qjm.testing.cli``'s, and ``qjm.__main__`` builds the ``qjm`` command from both sides, each adding
+its subcommands with its ``register``. The split is a module boundary rather than harness imports
+deferred into function bodies because it reads better: this file's imports say all an operator's
+command depends on, and what a node started by ``qjm journalnode`` can do is what it shows here --
+it has no fault option, no hook but the protocol's own. Fault injection reaches a node only through
+the harness: ``qjm.testing.node`` serves one the way ``serve_node`` does, with ``ServerFaults``.
 """
 
 from __future__ import annotations
