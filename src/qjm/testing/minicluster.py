@@ -1,8 +1,10 @@
 """MiniJournalCluster: N real JournalNodes on loopback, in temporary directories (Hadoop's harness).
 
-Nodes run as subprocesses by default, so ``kill`` (SIGKILL) and ``pause`` (SIGSTOP) are real; each
-node keeps its ports across restarts so the journal URI stays valid. ``in_process=True`` runs them
-as threads of this process, faster to start, for tests that need neither kill nor pause.
+Nodes run as subprocesses by default (``python -m qjm.testing.node``: a node served as ``qjm
+journalnode`` serves one, with the node-side faults of ``server_faults``), so ``kill`` (SIGKILL)
+and ``pause`` (SIGSTOP) are real; each node keeps its ports across restarts so the journal URI
+stays valid. ``in_process=True`` runs them as threads of this process, faster to start, for tests
+that need neither kill nor pause.
 """
 
 from __future__ import annotations
