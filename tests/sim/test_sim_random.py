@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from qjm.cli import main
+from qjm.__main__ import main
 from qjm.testing.faultsim import run_faultsim
 from qjm.testing.sim import Simulation, run_seed
 

@@ -27,7 +27,7 @@ from qjm.errors import (
     OutOfSyncError,
     SegmentStateError,
 )
-from qjm.protocol.frame import SEGMENT_HEADER_SIZE, FrameHeader
+from qjm.protocol.frame import SEGMENT_HEADER_SIZE
 from qjm.protocol.messages import (
     NO_TXID,
     EditLogManifest,
@@ -131,14 +131,12 @@ class Journal:
         self._serial = -1
         self._open: _OpenSegment | None = None
         self._highest_written = 0
-        self.last_write_time = 0.0
         # Scans of finalized segments, which never change (invariant 5): the newest one is scanned
         # by every new_epoch that follows a clean roll, and it may be gigabytes.
         self._finalized_scans: dict[str, framing.ScanResult] = {}
         # Scans made during the current new_epoch (its phase 1 scans the newest segment twice)
         self._scan_memo: dict[str, framing.ScanResult] | None = None
         self.batches_written = 0
-        self.txns_written = 0
         if self._ns is not None:
             self._highest_written = self._scan_newest_on_open()
 
@@ -372,7 +370,6 @@ class Journal:
             raise
         self._highest_written = seg.next_txid - 1
         self.batches_written += 1
-        self.last_write_time = self._clock()
 
     def note_committed(self, epoch: int, txid: int) -> None:
         """The writer's data plane says a quorum holds everything through ``txid``."""
@@ -720,7 +717,3 @@ class Journal:
                 "segments": [s.name for s in self.storage.list_segments()],
                 "batches_written": self.batches_written,
             }
-
-
-def frame_header_of(frame: bytes) -> FrameHeader:
-    return framing.decode_header(frame)

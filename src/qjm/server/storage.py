@@ -166,8 +166,6 @@ class JournalStorage(Protocol):
 
     def promote_temp_segment(self, start: int, epoch: int) -> None: ...
 
-    def free_bytes(self) -> int: ...
-
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -530,10 +528,6 @@ class DiskStorage:
     def promote_temp_segment(self, start: int, epoch: int) -> None:
         os.replace(self._temp_name(start, epoch), self._path(inprogress_name(start)))
         _fsync_dir(self.current)
-
-    def free_bytes(self) -> int:
-        st = os.statvfs(self.current)
-        return st.f_bavail * st.f_frsize
 
 
 def scan_segment_bytes(data: bytes, start: int) -> framing.ScanResult:

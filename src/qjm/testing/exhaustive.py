@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import pickle
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from qjm.testing.bugs import ProtocolBugs
@@ -337,7 +337,3 @@ def _backtrack(path: Sequence[tuple[int, int]]) -> list[int] | None:
         if c + 1 < n:
             return [p for p, _ in path[:i]] + [c + 1]
     return None
-
-
-def explore_all(worlds: Iterable[World] | None = None, **kw: object) -> list[ExploreResult]:
-    return [explore(w, **kw) for w in (worlds or small_worlds())]  # type: ignore[arg-type]
