@@ -4,7 +4,7 @@ Control calls run on a single-thread executor, so each node sees them in submiss
 the serial numbers it checks always increase. Batches go out on a long-lived TCP connection by a
 sender thread and are acknowledged cumulatively by the node; a receiver thread completes their
 futures. A node that fails a batch, or lets its unacknowledged bytes pass the queue limit, is
-out of sync until the next ``start_log_segment`` (design §4).
+out of sync until the next ``start_log_segment`` (design §2.2, §5.1.1).
 """
 
 from __future__ import annotations

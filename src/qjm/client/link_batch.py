@@ -1,4 +1,4 @@
-"""A batch on the native fan-out, counted at its quorum by the thread that waits for it (design §4).
+"""A batch on the native fan-out, counted at its quorum by the thread that waits for it (design §1.3).
 
 ``RemoteLogger.deliver_batch`` hands back a ``Delivery`` per node instead of a future: the link the
 frame went out on, or why it could not go (or neither yet, while the node's segment is starting).

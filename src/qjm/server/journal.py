@@ -180,7 +180,7 @@ class Journal:
             self.storage.write_long(COMMITTED, txid, durable=False)
 
     def _check_writer(self, epoch: int) -> None:
-        """Only the writer that started the open segment may append to it (seed 004)."""
+        """Only the writer that started the open segment may append to it (HDFS-3845, design §2.4)."""
         if epoch < self._promised:
             raise FencedError(
                 f"batch epoch {epoch} is below the promised epoch {self._promised} of journal {self.journal_id}",

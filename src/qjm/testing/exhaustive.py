@@ -4,7 +4,7 @@
   format + recovery + two short segments once without faults, counting the calls each node gets;
   then for every pair (i, j) fail the i-th call to one node and the j-th call to another (lost
   before delivery, or executed with the reply lost), and let a new writer recover: nothing that
-  was acknowledged may be missing, and every invariant of design.md §3 must hold throughout.
+  was acknowledged may be missing, and every invariant of design §2.7 must hold throughout.
 * ``explore`` walks every execution of a small world (3 nodes, 2-3 writers with fixed plans, at
   most 2 segments and 3 txids, a bounded number of faults): every delivery order, every place a
   fault can strike. It is a stateless search (each execution is replayed from its choice prefix,

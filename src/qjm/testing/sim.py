@@ -26,7 +26,7 @@ point or before an append, and a restart over the same storage; a failed segment
 writer that dies while sending, or while waiting between any two phases; several writers that take
 over one after the other or interleave.
 
-After every step the invariants of design.md §3 are checked (``Checker``); a violation raises
+After every step the invariants of design §2.7 are checked (``Checker``); a violation raises
 ``SimViolation`` (an ``InvariantViolation``) carrying the seed and the trace of every call.
 """
 
@@ -751,7 +751,7 @@ def _records(frames: bytes, start: int) -> dict[int, bytes]:
 
 
 class Checker:
-    """The invariants of design.md §3, checked as the run goes (numbers refer to that list)."""
+    """The invariants of design §2.7, checked as the run goes (numbers refer to that list)."""
 
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
@@ -1060,7 +1060,7 @@ class Simulation:
     def _setup_rates(self, rates: FaultRates | None) -> None:
         """Swarm testing: each seed draws a profile, so calm, stormy and recovery-heavy runs all occur.
 
-        Most bugs need one or two faults; some (design §2.10.7, seed 004) need a chain of writers
+        Most bugs need one or two faults; some (design §2.10.6, §2.10.7) need a chain of writers
         that each die in a particular phase with a particular node lagging. The ``recovery`` profile
         makes such chains likely: many short-lived writers, planned deaths, lagging nodes.
         """
