@@ -13,7 +13,7 @@ SUFFIXES = {".py", ".pyx", ".pyi", ".pxd", ".proto", ".h", ".c", ".md"}
 NUMBER = r"\d+(?:\.\d+)*"
 # "design §2.9", "design.md §3", "design §2.3-2.5" (or an en dash), "design §2.5, §2.8"
 DASH = "-\u2013"
-CITATION = re.compile(rf"design(?:\.md)? §({NUMBER})((?:\s*[{DASH}]\s*{NUMBER})?)((?:,\s*§{NUMBER})*)")
+CITATION = re.compile(rf"design(?:\.md)? §({NUMBER})((?:\s*[{DASH}]\s*{NUMBER})?)((?:,\s*§{NUMBER})*)", re.I)
 HEADING = re.compile(rf"^#{{2,6}} ({NUMBER})\.? ", re.M)
 
 
@@ -43,7 +43,7 @@ def cited_files() -> list[Path]:
 
 
 def test_citation_pattern_reads_ranges_and_lists() -> None:
-    text = "design §2.3-2.5, and (design §2.10.1\u20132.10.7) and design.md §3 and design §2.5, §2.8 step 2"
+    text = "Design §2.3-2.5, and (design §2.10.1\u20132.10.7) and design.md §3 and design §2.5, §2.8 step 2"
     assert citations(text) == ["2.3", "2.5", "2.10.1", "2.10.7", "3", "2.5", "2.8"]
 
 
