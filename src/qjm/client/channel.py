@@ -54,8 +54,8 @@ from qjm.protocol.rpcmeta import CLIENT_GRPC_OPTIONS, ERROR_CODE_KEY, rpc_code
 
 log = logging.getLogger("qjm.channel")
 
-# The idna codec is imported above, not on a writer's first data-link connect: there it cost a
-# standby process about 3 ms of CPU (the codec, stringprep, their regular expressions) in the
+# The idna codec is imported above, not on a writer's first data-link connect: there it would cost
+# a standby process about 3 ms of CPU (the codec, stringprep, their regular expressions) in the
 # middle of its takeover.
 T = TypeVar("T")
 _CHANNEL_OPTIONS = tuple(CLIENT_GRPC_OPTIONS)
