@@ -178,7 +178,7 @@ class Journal:
             self.storage.write_long(COMMITTED, txid, durable=False)
 
     def _check_writer(self, epoch: int) -> None:
-        """Only the writer that started the open segment may append to it (seed 004)."""
+        """Only the writer that started the open segment may append to it (HDFS-3845, design §2.4)."""
         if epoch < self._promised:
             raise FencedError(
                 f"batch epoch {epoch} is below the promised epoch {self._promised} of journal {self.journal_id}",
@@ -347,7 +347,7 @@ class Journal:
                 # What this call appended before the bad frame is still made durable and
                 # acknowledged. Only this call's frames: the node's own highest txid may hold
                 # another writer's bytes, and a fenced writer counting it as its ack could reach a
-                # false quorum (the fault search found exactly that).
+                # false quorum and acknowledge records the log holds with other bytes (invariant 2).
                 if written and seg is not None and self._open is seg:
                     self._sync_or_abort(seg)
                     e.durable_txid = seg.next_txid - 1  # type: ignore[attr-defined]
@@ -419,8 +419,8 @@ class Journal:
         # Only a copy this epoch wrote, the copy a recovering writer names (same end, same last
         # epoch: the identity accept_recovery uses to skip a download), or one this epoch made
         # ours through accept_recovery. A node that missed the accept may hold a same-length copy
-        # from another writer (found by the fault search: finalizing it gave two different
-        # finalized segments of one name).
+        # from another writer: finalizing it would leave two different finalized segments of one
+        # name (invariant 2).
         paxos = self.storage.read_paxos(start)
         accepted = paxos is not None and paxos.accepted_in_epoch == epoch and paxos.segment_state.end_txid == end
         named = copy_epoch != 0 and res.last_epoch == copy_epoch
