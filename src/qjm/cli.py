@@ -30,6 +30,7 @@ from qjm.client.manager import QuorumJournalManager
 from qjm.client.reader import open_reader
 from qjm.config import URI_SYNTAX, QJMConfig
 from qjm.errors import ConfigError, NodeUnavailableError, QJMError, StorageError
+from qjm.logs import FORMATS, LEVELS, configure_logging
 from qjm.protocol.frame import SEGMENT_HEADER_SIZE
 from qjm.server.journal import JournalHooks
 from qjm.server.node import JournalNode
@@ -49,12 +50,14 @@ AddCommand = Callable[..., argparse.ArgumentParser]
 """``add_parser`` of the ``qjm`` command's subcommands: ``add(name, help=...)`` returns its parser."""
 Register = Callable[[AddCommand], None]
 
+log = logging.getLogger("qjm.cli")
+
 
 def add_node_arguments(p: argparse.ArgumentParser) -> None:
     """The options of a JournalNode process; each also reads QJM_<OPTION> and [journalnode] of --config."""
     for key, (_, text) in NODE_KEYS.items():
         if key == "http_address":
-            continue  # read from files for the HTTP endpoint; no flag until it is served
+            continue  # Hadoop's combined form, for files; the flags are --http-bind and --http-port
         names = [flag_name(key), "--host"] if key == "bind" else [flag_name(key)]
         p.add_argument(*names, dest=key, default=None, metavar=metavar(key), help=text)
     _add_settings_args(p)
@@ -69,23 +72,32 @@ def serve_node(a: argparse.Namespace, hooks: JournalHooks | None = None) -> int:
     )
     logging.getLogger("qjm").info("settings: %s", ", ".join(f"{k} from {where}" for k, where in st.origins))
     _check_data_dir(st.data_dir)
+    log.info("starting JournalNode %s (pid %d) on %s", __version__, os.getpid(), st.data_dir)
     node = JournalNode(
         st.data_dir, host=st.rpc_bind, rpc_port=st.rpc_port, data_host=st.data_bind, data_port=st.data_port,
         rpc_advertise=st.rpc_advertise, data_advertise=st.data_advertise, hooks=hooks,
+        http_host=st.http_bind, http_port=st.http_port,
     ).start()  # fmt: skip
     done = threading.Event()
+    got: list[str] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        got.append(signal.Signals(signum).name)
+        done.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: done.set())
+        signal.signal(sig, on_signal)
     msg = (
         f"READY rpc={node.rpc_bind_address} data={node.data_bind_address} "
-        f"advertised rpc={node.rpc_address} data={node.data_address}"
+        f"advertised rpc={node.rpc_address} data={node.data_address} http={node.http_address}"
     )
+    log.info("%s", msg)
     if a.ready_line:
         print(msg, flush=True)
-    else:
-        logging.getLogger("qjm").info(msg)
     done.wait()
+    log.info("received %s: shutting down", got[0] if got else "a signal")
     node.stop(grace=1.0)
+    log.info("JournalNode stopped")
     return 0
 
 
@@ -229,7 +241,8 @@ def register(add: AddCommand) -> None:
     s = add(
         "journalnode", help="run a JournalNode",
         description="Run a JournalNode: a control-plane port (gRPC) and a data-plane port (framed TCP), both "
-        "to be reachable from every writer and reader. Each option also reads QJM_<OPTION> and the "
+        "to be reachable from every writer and reader, and an HTTP port for /metrics (Prometheus), /health and "
+        "/status (docs/observability.md). Each option also reads QJM_<OPTION> and the "
         "[journalnode] table of --config.",
     )  # fmt: skip
     add_node_arguments(s)
@@ -279,14 +292,29 @@ def build_parser(*groups: Register) -> argparse.ArgumentParser:
     p.commands = sub.choices
     for group in groups:
         group(sub.add_parser)
+    _add_log_args(p, top=True)
+    for cmd in sub.choices.values():
+        _add_log_args(cmd, top=False)
     return p
+
+
+def _add_log_args(p: argparse.ArgumentParser, *, top: bool) -> None:
+    """Accepted before or after the command name; a command's own default never overrides the top's."""
+    p.add_argument(
+        "--log-level", type=str.lower, choices=LEVELS, default=None if top else argparse.SUPPRESS,
+        help="log threshold (default: info for journalnode, else warning; -v means info)",
+    )  # fmt: skip
+    p.add_argument(
+        "--log-format", choices=FORMATS, default="text" if top else argparse.SUPPRESS,
+        help="text, or json: one JSON object per line (time, level, logger, message)",
+    )  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None, groups: Sequence[Register] = (register,)) -> int:
     """Run one ``qjm`` command; ``groups`` register the commands there are (the operator's alone here)."""
     a = build_parser(*groups).parse_args(argv)
-    level = logging.INFO if a.verbose or a.cmd == "journalnode" else logging.WARNING
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    level = a.log_level or ("info" if a.verbose or a.cmd == "journalnode" else "warning")
+    configure_logging(level, a.log_format)
     try:
         return int(a.fn(a))
     except QJMError as e:

@@ -76,6 +76,7 @@ def test_a_wildcard_bind_is_never_advertised_and_clients_still_reach_the_data_pl
     and the writer dials the host it reached the control plane at."""
     for i in range(3):
         args = ["--data-dir", str(tmp_path / f"n{i}"), "--bind", "0.0.0.0", "--rpc-port", "0", "--data-port", "0"]
+        args += ["--http-port", "0"]  # three nodes on one host: not all on the default 8480
         nodes.append(NodeProcess(args, log=tmp_path / f"n{i}.log", env=clean_env()))
     for n in nodes:
         assert n.ready["rpc_bind"].startswith("0.0.0.0:")
@@ -152,7 +153,7 @@ def test_a_node_configured_by_file_env_and_flags_in_that_precedence(tmp_path: Pa
     toml = tmp_path / "qjm.toml"
     toml.write_text(f'[journalnode]\ndata_dir = "{tmp_path / "from-toml"}"\ndata_port = {ports[1]}\n')
     n = NodeProcess(
-        ["--hadoop-conf", str(xml), "--config", str(toml), "--data-port", str(ports[3])],
+        ["--hadoop-conf", str(xml), "--config", str(toml), "--data-port", str(ports[3]), "--http-port", "0"],
         env=clean_env({"QJM_DATA_PORT": str(ports[2]), "QJM_RPC_ADVERTISE": "localhost"}),
         log=tmp_path / "n.log",
     )

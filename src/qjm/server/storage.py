@@ -36,7 +36,7 @@ from typing import Concatenate, ParamSpec, Protocol, TypeVar
 
 from qjm._native import framing, segment_io
 from qjm.config import validate_journal_id
-from qjm.errors import CorruptFrameError, NotFoundError, StorageError
+from qjm.errors import CorruptFrameError, NotFoundError, QJMError, StorageError
 from qjm.protocol.frame import FRAME_HEADER_SIZE, SEGMENT_HEADER_SIZE
 from qjm.protocol.messages import NamespaceInfo, PersistedPaxosData, SegmentState
 from qjm.server.durable_long import FILE_SIZE as _DURABLE_FILE_SIZE
@@ -166,6 +166,10 @@ class JournalStorage(Protocol):
 
     def promote_temp_segment(self, start: int, epoch: int) -> None: ...
 
+    def disk_bytes(self) -> int:
+        """Bytes the journal's files take (segments, moved-aside files, small files), for metrics."""
+        ...
+
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -220,6 +224,23 @@ class _FileAppender:
 
     def close(self) -> None:
         self._app.close()
+
+
+def journal_ids_on_disk(data_dir: str) -> list[str]:
+    """The journals a node's data directory holds: each valid id with a ``current/`` directory."""
+    try:
+        names = sorted(os.listdir(data_dir))
+    except FileNotFoundError:
+        return []
+    out = []
+    for name in names:
+        try:
+            validate_journal_id(name)
+        except QJMError:
+            continue
+        if os.path.isdir(os.path.join(data_dir, name, "current")):
+            out.append(name)
+    return out
 
 
 class DiskStorage:
@@ -528,6 +549,21 @@ class DiskStorage:
     def promote_temp_segment(self, start: int, epoch: int) -> None:
         os.replace(self._temp_name(start, epoch), self._path(inprogress_name(start)))
         _fsync_dir(self.current)
+
+    def disk_bytes(self) -> int:
+        total = 0
+        for top in (self.current, self.paxos_dir):
+            try:
+                with os.scandir(top) as it:
+                    for entry in it:
+                        try:
+                            if entry.is_file(follow_symlinks=False):
+                                total += entry.stat(follow_symlinks=False).st_size
+                        except OSError:
+                            continue  # deleted while listed
+            except OSError:
+                continue
+        return total
 
 
 def scan_segment_bytes(data: bytes, start: int) -> framing.ScanResult:

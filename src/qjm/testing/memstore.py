@@ -241,6 +241,9 @@ class MemoryStorage:
         self._files[inprogress_name(start)] = self._file(self._temp_name(start, epoch))
         del self._files[self._temp_name(start, epoch)]
 
+    def disk_bytes(self) -> int:
+        return sum(len(f.data) for f in self._files.values())
+
 
 if TYPE_CHECKING:
     _conforms: JournalStorage = MemoryStorage("type-check")
