@@ -33,6 +33,11 @@ class Histogram:
         self.counts[bisect.bisect_left(self.bounds, value)] += 1
         self.total += value
 
+    def copy(self) -> Histogram:
+        out = Histogram(self.bounds)
+        out.counts, out.total = list(self.counts), self.total
+        return out
+
     @property
     def count(self) -> int:
         return sum(self.counts)

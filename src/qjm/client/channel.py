@@ -331,6 +331,11 @@ class RemoteLogger:
         return self._out_of_sync
 
     @property
+    def fenced(self) -> bool:
+        """Out of sync because this node fenced the writer (a newer writer holds the journal)."""
+        return self._fenced is not None
+
+    @property
     def highest_acked_txid(self) -> int:
         """The highest txid this node has acknowledged as durable to this writer."""
         link = self._link
