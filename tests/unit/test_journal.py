@@ -578,12 +578,39 @@ def test_accept_recovery_on_finalized_segment_with_other_end(env: Env) -> None:
 
 
 def test_accept_recovery_refuses_to_drop_a_committed_txid(env: Env) -> None:
-    a, _, _ = three_nodes(env)
+    a, b = env.journal("n0"), env.journal("n1")
+    writing(a, epoch=1, upto=5)
+    writing(b, epoch=1, upto=3)
+    a.note_committed(1, 5)  # epoch 1's writer had 1-5 on a quorum
+    for j in (a, b):
+        j.new_epoch(NS, 2)
     w = Writer(2)
-    a.heartbeat(w.req(committed=5))
-    with pytest.raises(InvariantViolation):
+    with pytest.raises(InvariantViolation, match="would discard committed txid 5"):
         a.accept_recovery(w.req(), SegmentState(1, 3, True, 1), "n1")
     assert a.read_segment_file(1)[1] == SegmentState(1, 5, True, 1)
+
+
+def test_accept_recovery_may_drop_txids_its_own_writer_committed_in_a_later_segment(env: Env) -> None:
+    """A delayed accept_recovery carries the committed txid of its writer at delivery: by then the
+    writer may have finalized the segment shorter and committed the same txid numbers in the next
+    segment. Those are not txids of this node's longer, older copy, which recovery must replace."""
+    a, b = env.journal("n0"), env.journal("n1")
+    writing(a, epoch=1, upto=8)  # 6-8 reached only this node: never committed
+    writing(b, epoch=1, upto=5)
+    a.note_committed(1, 5)
+    for j in (a, b):
+        j.new_epoch(NS, 2)
+    w = Writer(2)
+    target = SegmentState(1, 5, True, 1)
+    b.accept_recovery(w.req(), target, "n1")
+    b.finalize_log_segment(w.req(), 1, 5)
+    b.start_log_segment(w.req(), 6)
+    assert b.journal([frame(6, 3, epoch=2, seg=6)]) == 8  # with a second node: 6-8 committed
+    a.accept_recovery(w.req(committed=8), target, "n1")
+    a.finalize_log_segment(w.req(committed=8), 1, 5)
+    assert records_of(a.read_segment_file(1)[0]) == [b"t%d" % t for t in range(1, 6)]
+    a.start_log_segment(w.req(committed=8), 6)
+    assert a.journal([frame(6, 3, epoch=2, seg=6)]) == 8
 
 
 def test_accept_recovery_rejects_bad_state_and_short_download(env: Env) -> None:

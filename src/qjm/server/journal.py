@@ -128,6 +128,7 @@ class Journal:
         self._writer_epoch = storage.read_long(WRITER) or 0
         committed = storage.read_long(COMMITTED)
         self._committed = NO_TXID if committed is None else committed
+        self._committed_before_epoch = self._committed
         self._serial = -1
         self._open: _OpenSegment | None = None
         self._highest_written = 0
@@ -197,6 +198,7 @@ class Journal:
     def _set_promised(self, epoch: int) -> None:
         self.storage.write_long(PROMISED, epoch)
         self._promised = epoch
+        self._committed_before_epoch = self._committed
         self._serial = -1
 
     # -- format / state ----------------------------------------------------------------------
@@ -214,7 +216,7 @@ class Journal:
             self.storage.format(ns)
             self._ns = ns
             self._promised = self._writer_epoch = 0
-            self._committed = NO_TXID
+            self._committed = self._committed_before_epoch = NO_TXID
             self._serial = -1
             self._highest_written = 0
             log.info("formatted journal %s in %s", self.journal_id, self.storage.describe())
@@ -506,13 +508,18 @@ class Journal:
             if not same:
                 if current is not None and not current.in_progress:
                     raise InvariantViolation(f"recovery would change finalized segment {current} into {state}")
+                # Only a committed txid learned before this epoch can be one of this segment's: the
+                # proposing writer commits txids only in segments it starts after this recovery, so
+                # one it reports past the proposed end (a delayed accept, stamped when it runs) is
+                # the same number in a later segment, not a txid of this node's longer copy.
+                committed = self._committed_before_epoch
                 if (
                     current is not None
-                    and current.start_txid <= self._committed <= current.end_txid
-                    and not state.start_txid <= self._committed <= state.end_txid
+                    and current.start_txid <= committed <= current.end_txid
+                    and not state.start_txid <= committed <= state.end_txid
                 ):
                     raise InvariantViolation(
-                        f"recovery to {state} would discard committed txid {self._committed} held in {current}"
+                        f"recovery to {state} would discard committed txid {committed} held in {current}"
                     )
                 data = self._fetch(source, self.journal_id, seg)
                 res = scan_segment_bytes(data, seg)
