@@ -194,10 +194,11 @@ def _sim(a: argparse.Namespace) -> int:
 
 def _faultsim(a: argparse.Namespace) -> int:
     """Many simulator seeds over Spark (or a local process pool without pyspark)."""
+    from qjm.testing.bugs import ProtocolBugs
     from qjm.testing.faultsim import parse_range, run_faultsim
 
     rep = run_faultsim(
-        parse_range(a.seeds), master=a.master, steps=a.steps, bugs=a.bugs, batch=a.batch,
+        parse_range(a.seeds), master=a.master, steps=a.steps, bugs=ProtocolBugs.parse(a.bugs), batch=a.batch,
         use_spark=False if a.local else None,
     )  # fmt: skip
     print(rep.summary())
@@ -286,7 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seeds", default="0:10000", help="lo:hi")
     s.add_argument("--master", default="local[*]")
     s.add_argument("--steps", type=int, default=400)
-    s.add_argument("--bugs", default="")
+    s.add_argument("--bugs", default="", help="test-only protocol bugs to switch on (comma separated)")
     s.add_argument("--batch", type=int, default=None, help="seeds per Spark job (progress is printed per job)")
     s.add_argument("--local", action="store_true", help="use a local process pool even if pyspark imports")
     s.set_defaults(fn=_faultsim)

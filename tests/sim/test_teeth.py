@@ -37,7 +37,7 @@ def test_every_switch_has_a_bound() -> None:
 @pytest.mark.parametrize("name", BUG_NAMES)
 def test_random_search_catches(name: str) -> None:
     bound, _ = BOUNDS[name]
-    hit = first_violation(range(bound), bugs=name)
+    hit = first_violation(range(bound), bugs=ProtocolBugs.only(name))
     assert hit is not None, f"{name}: no violation in {bound} seeds"
     seed, violation, trace = hit
     assert violation and trace
@@ -48,7 +48,7 @@ def test_random_search_catches(name: str) -> None:
 
 
 def test_random_search_catches_unsynced_acks_end_to_end() -> None:
-    hit = first_violation(range(END_TO_END_BOUND), bugs="ack_before_fsync", check_durable_ack=False)
+    hit = first_violation(range(END_TO_END_BOUND), bugs=ProtocolBugs.only("ack_before_fsync"), check_durable_ack=False)
     assert hit is not None
     assert "durable before acknowledged" not in hit[1]
 
