@@ -681,6 +681,25 @@ def test_new_epoch_answers_phase_one_and_rolls_an_accepted_copy_forward(env: Env
     assert records_of(b.read_segment_file(1)[0]) == [b"t%d" % t for t in range(1, 6)]
 
 
+def test_a_restarted_node_finalizes_the_copy_it_accepted_not_the_one_it_held(env: Env) -> None:
+    """A crash between the paxos commit point and the rename leaves the accepted copy in its temp
+    file. If the writer's finalize is the restarted node's next call, the accepted proposal must
+    not vouch for the same-length copy the node held before: that is another writer's history."""
+    j = env.journal("n0", hooks=CrashAt("after"))
+    writing(j, epoch=1, upto=1)  # txid 1 from writer epoch 1, on this node only
+    src = env.journal("n1")
+    writing(src, epoch=2, upto=1)  # the chosen copy: epoch 2's txid 1
+    j.new_epoch(NS, 3)
+    w3 = Writer(3)
+    with pytest.raises(RuntimeError):
+        j.accept_recovery(w3.req(), SegmentState(1, 1, True, 2), "n1")
+    j = env.restart(j, "n0")
+    j.finalize_log_segment(w3.req(), 1, 1, 2)
+    data, state = j.read_segment_file(1)
+    assert state == SegmentState(1, 1, False, 2)
+    assert data == src.read_segment_file(1)[0]
+
+
 def test_finalize_refuses_a_copy_the_epoch_neither_wrote_nor_accepted(env: Env) -> None:
     """A node that missed accept_recovery may hold a same-length copy from another writer: the
     recovering writer's finalize must not make it a second history (found by the fault search)."""

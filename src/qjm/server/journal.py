@@ -144,6 +144,10 @@ class Journal:
         self.batches_written = 0
         self.txns_written = 0
         if self._ns is not None:
+            # A crash between accept_recovery's commit point and its rename leaves the accepted
+            # copy in a temp file; put it in place before any call can look at the segment (a
+            # finalize after the restart would otherwise take the copy held before the accept).
+            self._roll_forward_accepted()
             self._highest_written = self._scan_newest_on_open()
 
     # -- checks (reference §1.3) -----------------------------------------------------------
