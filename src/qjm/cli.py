@@ -199,7 +199,7 @@ def _faultsim(a: argparse.Namespace) -> int:
 
     rep = run_faultsim(
         parse_range(a.seeds), master=a.master, steps=a.steps, bugs=ProtocolBugs.parse(a.bugs), batch=a.batch,
-        use_spark=False if a.local else None,
+        use_spark=False if a.local else None, processes=a.processes,
     )  # fmt: skip
     print(rep.summary())
     return 0 if not rep.failures else 1
@@ -290,6 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--bugs", default="", help="test-only protocol bugs to switch on (comma separated)")
     s.add_argument("--batch", type=int, default=None, help="seeds per Spark job (progress is printed per job)")
     s.add_argument("--local", action="store_true", help="use a local process pool even if pyspark imports")
+    s.add_argument("--processes", type=int, default=None, help="size of the local pool (default: every core)")
     s.set_defaults(fn=_faultsim)
 
     s = sub.add_parser("chaos", help="process-level chaos: writers and nodes SIGKILLed/SIGSTOPped, then verified")
