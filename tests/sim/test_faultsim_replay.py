@@ -7,7 +7,7 @@ import shlex
 
 import pytest
 
-from qjm.cli import main
+from qjm.__main__ import main
 from qjm.testing.bugs import BUG_NAMES, ProtocolBugs
 from qjm.testing.faultsim import replay_command, run_faultsim
 

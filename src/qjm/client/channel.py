@@ -4,7 +4,7 @@ Control calls run on a single-thread executor, so each node sees them in submiss
 the serial numbers it checks always increase. Batches go out on a long-lived TCP connection by a
 sender thread and are acknowledged cumulatively by the node; a receiver thread completes their
 futures. A node that fails a batch, or lets its unacknowledged bytes pass the queue limit, is
-out of sync until the next ``start_log_segment`` (design §4).
+out of sync until the next ``start_log_segment`` (design §2.2, §5.1.1).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import xxhash
 
 from qjm import errors
 from qjm._native import backend_of
+from qjm.addresses import reachable_at, split_host_port
 from qjm.client import shared
 from qjm.client.link_batch import Delivery
 from qjm.client.loggers import CallHooks, WriterLife
@@ -54,8 +55,8 @@ from qjm.protocol.rpcmeta import CLIENT_GRPC_OPTIONS, ERROR_CODE_KEY, rpc_code
 
 log = logging.getLogger("qjm.channel")
 
-# The idna codec is imported above, not on a writer's first data-link connect: there it cost a
-# standby process about 3 ms of CPU (the codec, stringprep, their regular expressions) in the
+# The idna codec is imported above, not on a writer's first data-link connect: there it would cost
+# a standby process about 3 ms of CPU (the codec, stringprep, their regular expressions) in the
 # middle of its takeover.
 T = TypeVar("T")
 _CHANNEL_OPTIONS = tuple(CLIENT_GRPC_OPTIONS)
@@ -89,8 +90,7 @@ class _DataLink:
         on_fail: Callable[[_DataLink, BaseException], None],
     ) -> None:
         self.name = name
-        host, port = address.rsplit(":", 1)
-        self._sock = socket.create_connection((host, int(port)), timeout=connect_timeout)
+        self._sock = socket.create_connection(split_host_port(address), timeout=connect_timeout)
         self._sock.settimeout(None)
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._q: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
@@ -275,6 +275,7 @@ class RemoteLogger:
         self._committed_sent = NO_TXID
         self._out_of_sync = False
         self._fenced: FencedError | None = None  # what put the node out of sync, when it was fencing
+        self._unreachable: NodeUnavailableError | None = None  # ... when the node stopped answering
         self._link: _DataLink | None = None
         # segments whose start is queued or running → batches sent for them meanwhile
         self._starting: dict[int, list[tuple[bytes, int, Future[int] | Delivery, bytes | None]]] = {}
@@ -403,7 +404,7 @@ class RemoteLogger:
             st = convert.state_from_pb(
                 self._rpc(self._stub.GetJournalState, pb.JournalIdRequest(journal_id=self.journal_id), t)
             )
-            self._data_address = st.data_address
+            self._data_address = reachable_at(st.data_address, self.address.host)
             return st
 
         return self._call("get_journal_state", go)
@@ -418,7 +419,7 @@ class RemoteLogger:
                 t,
             )
             if reply.data_address:
-                self._data_address = reply.data_address
+                self._data_address = reachable_at(reply.data_address, self.address.host)
             return convert.new_epoch_from_pb(reply)
 
         return self._call("new_epoch", go)
@@ -457,6 +458,7 @@ class RemoteLogger:
                     self._link = link
                     self._out_of_sync = False
                     self._fenced = None
+                    self._unreachable = None
                     backlog = self._take_backlog(txid)
                     for frame, last, fut, commit in backlog:
                         if isinstance(fut, Delivery):
@@ -645,8 +647,8 @@ class RemoteLogger:
         st = self._rpc(
             self._stub.GetJournalState, pb.JournalIdRequest(journal_id=self.journal_id), self.config.timeouts.connect
         )
-        self._data_address = st.data_address
-        return self._connect_link(st.data_address)
+        self._data_address = reachable_at(st.data_address, self.address.host)
+        return self._connect_link(self._data_address)
 
     def _connect_link(self, data_address: str) -> _DataLink:
         try:
@@ -682,13 +684,19 @@ class RemoteLogger:
                 return  # an old segment's link, closed on purpose
             self._lose_sync(e)
         if not self._closed:
-            log.warning("%s: batches failed (%s); out of sync until the next segment", self._name, e)
+            if isinstance(e, NodeUnavailableError):
+                log.warning("%s: unreachable (%s); no batches to it until the next segment", self._name, e)
+            else:
+                log.warning("%s: batches failed (%s); out of sync until the next segment", self._name, e)
 
     def _lose_sync(self, e: BaseException) -> None:
-        """The node takes no more batches this segment; remember whether it was fencing that did it."""
+        """The node takes no more batches this segment; remember whether fencing or an unreachable
+        node did it, so that later refusals say so."""
         self._out_of_sync = True
         if isinstance(e, FencedError):
             self._fenced = e
+        elif isinstance(e, NodeUnavailableError) and self._unreachable is None:
+            self._unreachable = e
 
     def _not_in_sync(self, detail: str = "") -> QJMError:
         """The error for a batch or finalize this node cannot take. A node out of sync because it
@@ -700,6 +708,11 @@ class RemoteLogger:
                 f"{self._name}: fenced earlier in this segment ({f}){detail}",
                 request_epoch=f.request_epoch,
                 promised_epoch=f.promised_epoch,
+            )
+        u = self._unreachable
+        if u is not None:
+            return NodeUnavailableError(
+                f"{self._name}: unreachable ({u}); no batches to it until the next segment{detail}"
             )
         return OutOfSyncError(f"{self._name}: out of sync until the next segment{detail}")
 

@@ -1,4 +1,4 @@
-"""Choosing the recovery source for an unclosed segment (design §2.9, seed 004) — pure functions.
+"""Choosing the recovery source for an unclosed segment (design §2.9, HDFS-3845) — pure functions.
 
 When a new writer takes over, the newest segment may differ in length between nodes, and an earlier
 recovery attempt may have been cut short. The writer asks a quorum to ``prepare_recovery`` and must
@@ -11,7 +11,7 @@ then pick, from those replies alone, the one replica whose copy
 so that every node finalizes the segment to the same length and contents (design §2.8).
 
 The order below is Hadoop's ``SegmentRecoveryComparator`` (reference §3.6), including the HDFS-3845
-rule of seed 004: an in-progress replica is ranked by ``max(accepted_in_epoch, last_writer_epoch)``
+writer-epoch rule: an in-progress replica is ranked by ``max(accepted_in_epoch, last_writer_epoch)``
 *before* its length. Without the writer epoch, an old accepted proposal ("101-101 accepted in epoch
 2") would beat a longer log that a later writer (epoch 3) wrote and committed, truncating committed
 transactions.
@@ -23,23 +23,45 @@ the replies in.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from qjm.errors import InvariantViolation
 from qjm.protocol.messages import NO_TXID, PrepareRecoveryResponse, SegmentState
 
-if TYPE_CHECKING:  # the switches are built by tests only; a writer never imports the testing package
-    from qjm.testing.bugs import ProtocolBugs
 
-__all__ = ["check_no_committed_loss", "choose_recovery_source", "compare_responses", "in_sync_copy", "seen_epoch"]
+class RecoveryBugs(Protocol):
+    """The test-only switches the recovery choices read (``qjm.testing.bugs.ProtocolBugs`` has
+    them): each one, when True, breaks one rule on purpose so the fault search can show it notices."""
+
+    @property
+    def ignore_writer_epoch_rule(self) -> bool: ...
+
+    @property
+    def ignore_accepted_epoch(self) -> bool: ...
+
+    @property
+    def pick_shortest_log(self) -> bool: ...
+
+    @property
+    def skip_accept_on_quorum_copy(self) -> bool: ...
+
+
+__all__ = [
+    "RecoveryBugs",
+    "check_no_committed_loss",
+    "choose_recovery_source",
+    "compare_responses",
+    "in_sync_copy",
+    "seen_epoch",
+]
 
 
 def _sign(x: int) -> int:
     return (x > 0) - (x < 0)
 
 
-def seen_epoch(r: PrepareRecoveryResponse, bugs: ProtocolBugs | None = None) -> int:
-    """``maxSeenEpoch`` of design §2.9 rule 3a with seed 004: max(accepted epoch or 0, writer epoch).
+def seen_epoch(r: PrepareRecoveryResponse, bugs: RecoveryBugs | None = None) -> int:
+    """``maxSeenEpoch`` of design §2.9 rule 3a with HDFS-3845: max(accepted epoch or 0, writer epoch).
 
     ``bugs`` (tests only) can drop either term on purpose.
     """
@@ -49,7 +71,7 @@ def seen_epoch(r: PrepareRecoveryResponse, bugs: ProtocolBugs | None = None) -> 
 
 
 def compare_responses(
-    a: PrepareRecoveryResponse, b: PrepareRecoveryResponse, *, bugs: ProtocolBugs | None = None
+    a: PrepareRecoveryResponse, b: PrepareRecoveryResponse, *, bugs: RecoveryBugs | None = None
 ) -> int:
     """Order two prepare replies for the same segment; the greater one is the better recovery source.
 
@@ -66,15 +88,15 @@ def compare_responses(
     if sa.start_txid != sb.start_txid:
         raise InvariantViolation(f"recovery replies describe different segments: {sa} and {sb}")
     # Rule 2 (design §2.9.2, reference §3.6.3): a finalized copy wins whatever its length, because
-    # a quorum already agreed on it (invariant 3 of design §2.7).
+    # a quorum already agreed on it (the QJM design's invariant 3, design §2.7).
     if sa.in_progress != sb.in_progress:
         return 1 if not sa.in_progress else -1
     if not sa.in_progress:
-        # Reference §3.6.4: two finalized copies of one segment must agree (invariant 5).
+        # Reference §3.6.4: two finalized copies of one segment must agree (invariant 2).
         if sa.end_txid != sb.end_txid:
             raise InvariantViolation(f"finalized segments with different lengths: {sa} and {sb}")
         return 0
-    # Rule 3a/3b (design §2.9.3, seed 004, reference §3.6.5): the copy touched by the later
+    # Rule 3a/3b (design §2.9.3, HDFS-3845, reference §3.6.5): the copy touched by the later
     # writer or the later accepted proposal wins, even when it is shorter (examples 2.10.6, 2.10.7).
     by_epoch = _sign(seen_epoch(a, bugs) - seen_epoch(b, bugs))
     if by_epoch:
@@ -88,7 +110,7 @@ def compare_responses(
 def choose_recovery_source(
     responses: Mapping[str, PrepareRecoveryResponse],
     *,
-    bugs: ProtocolBugs | None = None,
+    bugs: RecoveryBugs | None = None,
 ) -> tuple[str, PrepareRecoveryResponse] | None:
     """The best reply under ``compare_responses`` and its node (reference §3.5 step 3).
 
@@ -109,7 +131,7 @@ def choose_recovery_source(
 def check_no_committed_loss(chosen: SegmentState, responses: Mapping[str, PrepareRecoveryResponse]) -> None:
     """Refuse a decision that would drop a txid some node saw committed (reference §3.5 step 6).
 
-    Design §3 invariant 1: "committed is forever". If the chosen copy ends before a committed txid,
+    Invariant 1 (design §2.7): "committed is forever". If the chosen copy ends before a committed txid,
     choosing it would silently lose acknowledged transactions, so this is an invariant violation.
     """
     for name in sorted(responses):
@@ -122,7 +144,7 @@ def check_no_committed_loss(chosen: SegmentState, responses: Mapping[str, Prepar
 
 
 def in_sync_copy(
-    responses: Mapping[str, PrepareRecoveryResponse], node_count: int, *, bugs: ProtocolBugs | None = None
+    responses: Mapping[str, PrepareRecoveryResponse], node_count: int, *, bugs: RecoveryBugs | None = None
 ) -> SegmentState | None:
     """The in-progress copy every one of ``node_count`` nodes reported, or None.
 

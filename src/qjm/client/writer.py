@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import logging
 import random
+import shlex
 import threading
 import time
 from collections.abc import Iterable
@@ -326,7 +327,7 @@ def open_writer(
                 if not create:
                     raise NotFormattedError(
                         f"journal {qjm.journal_id} is not formatted on any node; "
-                        f"run `qjm format {uri}` or pass create=True"
+                        f"run: qjm format {shlex.quote(str(uri))} (or pass create=True)"
                     ) from None
                 qjm.format()
                 last = qjm.recover_unfinalized_segments()

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from qjm._native import framing
 from qjm.errors import (
@@ -28,7 +28,7 @@ from qjm.errors import (
     OutOfSyncError,
     SegmentStateError,
 )
-from qjm.protocol.frame import SEGMENT_HEADER_SIZE, FrameHeader
+from qjm.protocol.frame import SEGMENT_HEADER_SIZE
 from qjm.protocol.messages import (
     NO_TXID,
     EditLogManifest,
@@ -52,8 +52,20 @@ from qjm.server.storage import (
     scan_segment_windows,
 )
 
-if TYPE_CHECKING:  # the switches are built by tests only; a node never imports the testing package
-    from qjm.testing.bugs import ProtocolBugs
+
+class NodeBugs(Protocol):
+    """The test-only switches a node reads (``qjm.testing.bugs.ProtocolBugs`` has them): each one,
+    when True, drops one rule on purpose so the fault search can show it notices."""
+
+    @property
+    def ack_before_fsync(self) -> bool: ...
+
+    @property
+    def skip_data_plane_epoch_check(self) -> bool: ...
+
+    @property
+    def finalize_any_same_length_copy(self) -> bool: ...
+
 
 log = logging.getLogger("qjm.journal")
 
@@ -117,7 +129,7 @@ class Journal:
         fetcher: SegmentFetcher = _no_fetcher,
         clock: Callable[[], float] = time.monotonic,
         hooks: JournalHooks | None = None,
-        bugs: ProtocolBugs | None = None,
+        bugs: NodeBugs | None = None,
     ) -> None:
         self.storage = storage
         self._bugs = bugs  # test-only protocol switches; None is the correct protocol
@@ -135,14 +147,12 @@ class Journal:
         self._serial = -1
         self._open: _OpenSegment | None = None
         self._highest_written = 0
-        self.last_write_time = 0.0
         # Scans of finalized segments, which never change (invariant 5): the newest one is scanned
         # by every new_epoch that follows a clean roll, and it may be gigabytes.
         self._finalized_scans: dict[str, framing.ScanResult] = {}
         # Scans made during the current new_epoch (its phase 1 scans the newest segment twice)
         self._scan_memo: dict[str, framing.ScanResult] | None = None
         self.batches_written = 0
-        self.txns_written = 0
         if self._ns is not None:
             # A crash between accept_recovery's commit point and its rename leaves the accepted
             # copy in a temp file; put it in place before any call can look at the segment (a
@@ -188,7 +198,7 @@ class Journal:
             self.storage.write_long(COMMITTED, txid, durable=False)
 
     def _check_writer(self, epoch: int) -> None:
-        """Only the writer that started the open segment may append to it (seed 004)."""
+        """Only the writer that started the open segment may append to it (HDFS-3845, design §2.4)."""
         if epoch < self._promised:
             raise FencedError(
                 f"batch epoch {epoch} is below the promised epoch {self._promised} of journal {self.journal_id}",
@@ -358,7 +368,7 @@ class Journal:
                 # What this call appended before the bad frame is still made durable and
                 # acknowledged. Only this call's frames: the node's own highest txid may hold
                 # another writer's bytes, and a fenced writer counting it as its ack could reach a
-                # false quorum (the fault search found exactly that).
+                # false quorum and acknowledge records the log holds with other bytes (invariant 2).
                 if written and seg is not None and self._open is seg:
                     self._sync_or_abort(seg)
                     e.durable_txid = seg.next_txid - 1  # type: ignore[attr-defined]
@@ -381,7 +391,6 @@ class Journal:
             raise
         self._highest_written = seg.next_txid - 1
         self.batches_written += 1
-        self.last_write_time = self._clock()
 
     def note_committed(self, epoch: int, txid: int) -> None:
         """The writer's data plane says a quorum holds everything through ``txid``."""
@@ -431,8 +440,8 @@ class Journal:
         # Only a copy this epoch wrote, the copy a recovering writer names (same end, same last
         # epoch: the identity accept_recovery uses to skip a download), or one this epoch made
         # ours through accept_recovery. A node that missed the accept may hold a same-length copy
-        # from another writer (found by the fault search: finalizing it gave two different
-        # finalized segments of one name).
+        # from another writer: finalizing it would leave two different finalized segments of one
+        # name (invariant 2).
         paxos = self.storage.read_paxos(start)
         accepted = paxos is not None and paxos.accepted_in_epoch == epoch and paxos.segment_state.end_txid == end
         named = copy_epoch != 0 and res.last_epoch == copy_epoch
@@ -735,7 +744,3 @@ class Journal:
                 "segments": [s.name for s in self.storage.list_segments()],
                 "batches_written": self.batches_written,
             }
-
-
-def frame_header_of(frame: bytes) -> FrameHeader:
-    return framing.decode_header(frame)

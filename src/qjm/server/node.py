@@ -11,7 +11,8 @@ from concurrent import futures
 import grpc
 
 from qjm._native import framing
-from qjm.errors import CorruptFrameError, NotFoundError
+from qjm.addresses import advertised, check_bindable, join_host_port
+from qjm.errors import BindError, CorruptFrameError, NotFoundError
 from qjm.protocol import qjournal_pb2 as pb
 from qjm.protocol.rpcmeta import GRPC_OPTIONS, add_servicer, make_stub
 from qjm.server.data import DataServer
@@ -44,7 +45,12 @@ def fetch_segment(source: str, journal_id: str, segment: int, timeout: float = 6
 
 
 class JournalNode:
-    """One node: any number of journals under ``data_dir``, each created on first use."""
+    """One node: any number of journals under ``data_dir``, each created on first use.
+
+    ``host`` is where both ports listen (``data_host`` moves the data plane elsewhere); the
+    ``*_advertise`` addresses (``host`` or ``host:port``) are what clients are told, by default
+    the bind address; a wildcard bind advertises no host (qjm.addresses).
+    """
 
     def __init__(
         self,
@@ -53,13 +59,19 @@ class JournalNode:
         host: str = "127.0.0.1",
         rpc_port: int = 0,
         data_port: int = 0,
+        data_host: str | None = None,
+        rpc_advertise: str | None = None,
+        data_advertise: str | None = None,
         hooks: JournalHooks | None = None,
         fetcher: Callable[[str, str, int], bytes] = fetch_segment,
         rpc_workers: int = 16,
     ) -> None:
+        self.host = host
+        self.data_host = host if data_host is None else data_host
+        advertised(host, rpc_port, rpc_advertise)  # a bad advertised address fails before any port is taken
+        advertised(self.data_host, data_port, data_advertise)
         self.data_dir = os.path.abspath(data_dir)
         os.makedirs(self.data_dir, exist_ok=True)
-        self.host = host
         self._hooks = hooks
         self._fetcher = fetcher
         self._journals: dict[str, Journal] = {}
@@ -67,20 +79,27 @@ class JournalNode:
         self._lock = threading.Lock()
         self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=rpc_workers), options=GRPC_OPTIONS)
         add_servicer(QJournalServicer(self.get_journal, lambda: self.data_address), self._grpc)
-        self.rpc_port = self._grpc.add_insecure_port(f"{host}:{rpc_port}")
+        check_bindable(host, rpc_port, "control plane")
+        check_bindable(self.data_host, data_port, "data plane")  # before gRPC holds the other port
+        try:
+            self.rpc_port = self._grpc.add_insecure_port(join_host_port(host, rpc_port))
+        except RuntimeError:  # taken between the check and here; gRPC says no more than this
+            self.rpc_port = 0
         if self.rpc_port == 0:
-            raise OSError(f"cannot bind the control plane to {host}:{rpc_port}")
-        self._data = DataServer((host, data_port), self.get_journal)
+            raise BindError(f"cannot bind the control plane to {join_host_port(host, rpc_port)}")
+        self._data = DataServer((self.data_host, data_port), self.get_journal)
         self.data_port = self._data.server_address[1]
         self._data_thread: threading.Thread | None = None
+        self.rpc_address = advertised(host, self.rpc_port, rpc_advertise)
+        self.data_address = advertised(self.data_host, self.data_port, data_advertise)
 
     @property
-    def rpc_address(self) -> str:
-        return f"{self.host}:{self.rpc_port}"
+    def rpc_bind_address(self) -> str:
+        return join_host_port(self.host, self.rpc_port)
 
     @property
-    def data_address(self) -> str:
-        return f"{self.host}:{self.data_port}"
+    def data_bind_address(self) -> str:
+        return join_host_port(self.data_host, self.data_port)
 
     def get_journal(self, journal_id: str) -> Journal:
         with self._lock:
@@ -95,7 +114,10 @@ class JournalNode:
     def start(self) -> JournalNode:
         self._grpc.start()
         self._data_thread = self._data.start()
-        log.info("JournalNode serving %s: control %s, data %s", self.data_dir, self.rpc_address, self.data_address)
+        log.info(
+            "JournalNode serving %s: control %s (advertised %s), data %s (advertised %s)",
+            self.data_dir, self.rpc_bind_address, self.rpc_address, self.data_bind_address, self.data_address,
+        )  # fmt: skip
         return self
 
     def stop(self, grace: float | None = None) -> None:

@@ -12,8 +12,8 @@ Layout under ``<data-dir>/<journal-id>/``::
     current/last-promised-epoch      8192 bytes: two 4 KiB slots, each one checksummed line
                                      "qjm-long1 <value:20> <seq:20> <crc32:08x>\n" + zeros; the
                                      valid slot with the highest seq wins (qjm.server.durable_long).
-                                     A bare decimal (older versions) is read, and replaced on the
-                                     first write.
+                                     A bare decimal is read too, and replaced on the first
+                                     write.
     current/last-writer-epoch        same as last-promised-epoch
     current/committed-txid           "%20d\n", best effort: overwritten in place, not fsynced
     current/paxos/<segment>          accepted recovery: "start end inprogress accepted_epoch frames_epoch"
@@ -165,8 +165,6 @@ class JournalStorage(Protocol):
     def has_temp_segment(self, start: int, epoch: int) -> bool: ...
 
     def promote_temp_segment(self, start: int, epoch: int) -> None: ...
-
-    def free_bytes(self) -> int: ...
 
 
 _P = ParamSpec("_P")
@@ -530,10 +528,6 @@ class DiskStorage:
     def promote_temp_segment(self, start: int, epoch: int) -> None:
         os.replace(self._temp_name(start, epoch), self._path(inprogress_name(start)))
         _fsync_dir(self.current)
-
-    def free_bytes(self) -> int:
-        st = os.statvfs(self.current)
-        return st.f_bavail * st.f_frsize
 
 
 def scan_segment_bytes(data: bytes, start: int) -> framing.ScanResult:

@@ -3,8 +3,8 @@
 A ``ProtocolBugs`` object is handed to ``Journal(bugs=...)`` and to the recovery choices of
 ``qjm.client.recovery`` (``choose_recovery_source``, ``in_sync_copy``); ``None`` everywhere is the
 correct protocol. The switches are never globals, so a bugged simulation cannot leak into a correct
-one running in the same process. The protocol modules name this class in annotations only: no
-production code path builds one.
+one running in the same process. The protocol modules declare the switches they read as
+protocols (``NodeBugs``, ``RecoveryBugs``) and never import this module.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ __all__ = ["BUG_NAMES", "ProtocolBugs"]
 
 @dataclass(frozen=True, slots=True)
 class ProtocolBugs:
-    """Each field, when True, drops one rule of the protocol (design.md §3 names what it guards)."""
+    """Each field, when True, drops one rule of the protocol (design §2.7 names what it guards)."""
 
     ignore_writer_epoch_rule: bool = False
-    """Recovery ranks in-progress copies by accepted epoch only (the pre-HDFS-3845 rule, seed 004)."""
+    """Recovery ranks in-progress copies by accepted epoch only (the rule before HDFS-3845, design §2.9.3)."""
     ignore_accepted_epoch: bool = False
     """Recovery ignores earlier accepted proposals (design §2.10.7 then finalizes two lengths)."""
     ack_before_fsync: bool = False

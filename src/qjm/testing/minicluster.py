@@ -1,8 +1,10 @@
 """MiniJournalCluster: N real JournalNodes on loopback, in temporary directories (Hadoop's harness).
 
-Nodes run as subprocesses by default, so ``kill`` (SIGKILL) and ``pause`` (SIGSTOP) are real; each
-node keeps its ports across restarts so the journal URI stays valid. ``in_process=True`` runs them
-as threads of this process, faster to start, for tests that need neither kill nor pause.
+Nodes run as subprocesses by default (``python -m qjm.testing.node``: a node served as ``qjm
+journalnode`` serves one, with the node-side faults of ``server_faults``), so ``kill`` (SIGKILL)
+and ``pause`` (SIGSTOP) are real; each node keeps its ports across restarts so the journal URI
+stays valid. ``in_process=True`` runs them as threads of this process, faster to start, for tests
+that need neither kill nor pause.
 """
 
 from __future__ import annotations
@@ -168,7 +170,7 @@ class MiniJournalCluster:
             ).start()
             return
         cmd = [
-            sys.executable, "-m", "qjm", "journalnode",
+            sys.executable, "-m", "qjm.testing.node",
             "--data-dir", n.data_dir, "--host", self.host,
             "--rpc-port", str(n.rpc_port), "--data-port", str(n.data_port), "--ready-line",
         ]  # fmt: skip

@@ -30,7 +30,7 @@ Each seed draws a profile (calm, mixed storms, recovery-heavy, or ``shapes``: a 
 given roles that leave one of the rarest recovery shapes behind), so rare paths are reached
 within a few hundred seeds.
 
-After every step the invariants of design.md §3 are checked (``Checker``); a violation raises
+After every step the invariants of design §2.7 are checked (``Checker``); a violation raises
 ``SimViolation`` (an ``InvariantViolation``) carrying the seed and the trace of every call. A
 node's own ``InvariantViolation`` reply is a violation too, even one no writer waits for.
 
