@@ -34,6 +34,10 @@ def test_ten_thousand_random_seeds_hold_every_invariant() -> None:
         assert st[kind] > 0, kind
     assert st["recoveries"] > 2 * SEEDS
     assert st["acked_txids"] > SEEDS
+    # every recovery shape occurs, the rare ones too (the shapes profile)
+    for shape in ("common", "partial", "unequal", "accepted"):
+        assert st[f"shape_{shape}"] > SEEDS // 100, shape
+    assert st["node_alarms"] == 0  # an alarm fails its seed: none may be left unreported
 
 
 def test_a_seed_replays_to_the_same_trace() -> None:

@@ -17,17 +17,22 @@ from qjm.testing.sim import run_seed
 
 pytestmark = pytest.mark.sim
 
-# switch → (random seeds within which the first caused violation lies, the exhaustive world that shows it)
-BOUNDS: dict[str, tuple[int, str]] = {
-    "ignore_writer_epoch_rule": (500, "2.10.6"),  # first hit: seed 25
-    "ignore_accepted_epoch": (2_000, "2.10.7"),  # first hit: seed 68
-    "ack_before_fsync": (100, "2.10.6"),  # first hit: seed 0 (the direct check of invariant 4)
-    "skip_data_plane_epoch_check": (500, "2.10.6"),  # first hit: seed 103
-    "pick_shortest_log": (1_000, "race"),  # first hit: seed 70
+# switch → (random seeds within which the first caused violation lies, the exhaustive world that
+# shows it, or None when no small world does within the test's time). Hits per 2,000 seeds in
+# brackets: the bounds leave room for the seeds to shift when the simulator changes.
+BOUNDS: dict[str, tuple[int, str | None]] = {
+    "ignore_writer_epoch_rule": (500, "2.10.6"),  # first hit: seed 6 [73]
+    "ignore_accepted_epoch": (500, "2.10.7"),  # first hit: seed 5 [108]
+    "ack_before_fsync": (100, "2.10.6"),  # first hit: seed 0 [1563] (the direct check of invariant 4)
+    "skip_data_plane_epoch_check": (1_000, "2.10.6"),  # first hit: seed 47 [28]
+    "pick_shortest_log": (1_000, "race"),  # first hit: seed 70 [36]
+    "skip_accept_on_quorum_copy": (1_000, None),  # first hit: seed 30 [25]
+    "finalize_any_same_length_copy": (500, "same-length"),  # first hit: seed 6 [117]
 }
-# ack_before_fsync is caught at once by the direct check of invariant 4 (acknowledged only when
-# durable); without that check the loss must still surface end to end, after a node crash.
-END_TO_END_BOUND = 500  # first hit: seed 169
+# skip_accept_on_quorum_copy needs three faults in a row (a longer copy on one node that misses
+# the next writer's promise, that writer dying while finalizing on one node only): more than a
+# small world searches completely in its time, so the shapes profile's roles find it instead.
+END_TO_END_BOUND = 500  # first hit: seed 35
 
 
 def test_every_switch_has_a_bound() -> None:
@@ -37,7 +42,7 @@ def test_every_switch_has_a_bound() -> None:
 @pytest.mark.parametrize("name", BUG_NAMES)
 def test_random_search_catches(name: str) -> None:
     bound, _ = BOUNDS[name]
-    hit = first_violation(range(bound), bugs=name)
+    hit = first_violation(range(bound), bugs=ProtocolBugs.only(name))
     assert hit is not None, f"{name}: no violation in {bound} seeds"
     seed, violation, trace = hit
     assert violation and trace
@@ -48,19 +53,21 @@ def test_random_search_catches(name: str) -> None:
 
 
 def test_random_search_catches_unsynced_acks_end_to_end() -> None:
-    hit = first_violation(range(END_TO_END_BOUND), bugs="ack_before_fsync", check_durable_ack=False)
+    hit = first_violation(range(END_TO_END_BOUND), bugs=ProtocolBugs.only("ack_before_fsync"), check_durable_ack=False)
     assert hit is not None
     assert "durable before acknowledged" not in hit[1]
 
 
-@pytest.mark.parametrize("name", BUG_NAMES)
+@pytest.mark.parametrize("name", [n for n in BUG_NAMES if BOUNDS[n][1] is not None])
 def test_exhaustive_search_catches(name: str) -> None:
     worlds: dict[str, World] = {w.name: w for w in teeth_worlds()}
-    world = worlds[BOUNDS[name][1]]
+    world_name = BOUNDS[name][1]
+    assert world_name is not None
+    world = worlds[world_name]
     e = explore(world, bugs=ProtocolBugs.only(name), differential=True, time_limit=240)
     assert e.violations, f"{name}: {world.name} searched {e.states} states ({e.complete=}) without a violation"
 
 
 def test_teeth_worlds_are_searched_for_the_correct_protocol_too() -> None:
     """The worlds that catch the switches are among the small worlds searched clean in test_sim_exhaustive."""
-    assert {BOUNDS[n][1] for n in BUG_NAMES} <= {w.name for w in small_worlds()}
+    assert {BOUNDS[n][1] for n in BUG_NAMES} - {None} <= {w.name for w in small_worlds()}

@@ -578,12 +578,39 @@ def test_accept_recovery_on_finalized_segment_with_other_end(env: Env) -> None:
 
 
 def test_accept_recovery_refuses_to_drop_a_committed_txid(env: Env) -> None:
-    a, _, _ = three_nodes(env)
+    a, b = env.journal("n0"), env.journal("n1")
+    writing(a, epoch=1, upto=5)
+    writing(b, epoch=1, upto=3)
+    a.note_committed(1, 5)  # epoch 1's writer had 1-5 on a quorum
+    for j in (a, b):
+        j.new_epoch(NS, 2)
     w = Writer(2)
-    a.heartbeat(w.req(committed=5))
-    with pytest.raises(InvariantViolation):
+    with pytest.raises(InvariantViolation, match="would discard committed txid 5"):
         a.accept_recovery(w.req(), SegmentState(1, 3, True, 1), "n1")
     assert a.read_segment_file(1)[1] == SegmentState(1, 5, True, 1)
+
+
+def test_accept_recovery_may_drop_txids_its_own_writer_committed_in_a_later_segment(env: Env) -> None:
+    """A delayed accept_recovery carries the committed txid of its writer at delivery: by then the
+    writer may have finalized the segment shorter and committed the same txid numbers in the next
+    segment. Those are not txids of this node's longer, older copy, which recovery must replace."""
+    a, b = env.journal("n0"), env.journal("n1")
+    writing(a, epoch=1, upto=8)  # 6-8 reached only this node: never committed
+    writing(b, epoch=1, upto=5)
+    a.note_committed(1, 5)
+    for j in (a, b):
+        j.new_epoch(NS, 2)
+    w = Writer(2)
+    target = SegmentState(1, 5, True, 1)
+    b.accept_recovery(w.req(), target, "n1")
+    b.finalize_log_segment(w.req(), 1, 5)
+    b.start_log_segment(w.req(), 6)
+    assert b.journal([frame(6, 3, epoch=2, seg=6)]) == 8  # with a second node: 6-8 committed
+    a.accept_recovery(w.req(committed=8), target, "n1")
+    a.finalize_log_segment(w.req(committed=8), 1, 5)
+    assert records_of(a.read_segment_file(1)[0]) == [b"t%d" % t for t in range(1, 6)]
+    a.start_log_segment(w.req(committed=8), 6)
+    assert a.journal([frame(6, 3, epoch=2, seg=6)]) == 8
 
 
 def test_accept_recovery_rejects_bad_state_and_short_download(env: Env) -> None:
@@ -652,6 +679,25 @@ def test_new_epoch_answers_phase_one_and_rolls_an_accepted_copy_forward(env: Env
     # the same answers as the separate prepare round gives
     assert b.prepare_recovery(Writer(3).req(), 1) == PrepareRecoveryResponse(target, 2, 0, NO_TXID)
     assert records_of(b.read_segment_file(1)[0]) == [b"t%d" % t for t in range(1, 6)]
+
+
+def test_a_restarted_node_finalizes_the_copy_it_accepted_not_the_one_it_held(env: Env) -> None:
+    """A crash between the paxos commit point and the rename leaves the accepted copy in its temp
+    file. If the writer's finalize is the restarted node's next call, the accepted proposal must
+    not vouch for the same-length copy the node held before: that is another writer's history."""
+    j = env.journal("n0", hooks=CrashAt("after"))
+    writing(j, epoch=1, upto=1)  # txid 1 from writer epoch 1, on this node only
+    src = env.journal("n1")
+    writing(src, epoch=2, upto=1)  # the chosen copy: epoch 2's txid 1
+    j.new_epoch(NS, 3)
+    w3 = Writer(3)
+    with pytest.raises(RuntimeError):
+        j.accept_recovery(w3.req(), SegmentState(1, 1, True, 2), "n1")
+    j = env.restart(j, "n0")
+    j.finalize_log_segment(w3.req(), 1, 1, 2)
+    data, state = j.read_segment_file(1)
+    assert state == SegmentState(1, 1, False, 2)
+    assert data == src.read_segment_file(1)[0]
 
 
 def test_finalize_refuses_a_copy_the_epoch_neither_wrote_nor_accepted(env: Env) -> None:

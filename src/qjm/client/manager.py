@@ -25,6 +25,7 @@ from qjm.protocol.messages import (
     NamespaceInfo,
     NewEpochResponse,
     PrepareRecoveryResponse,
+    SegmentState,
 )
 
 log = logging.getLogger("qjm.manager")
@@ -197,7 +198,7 @@ class QuorumJournalManager:
         state = reply.segment_state
         assert state is not None
         check_no_committed_loss(state, prepared)
-        if self.config.in_sync_wait > 0 and in_sync_copy(prepared, self.loggers.size) == state:
+        if self.config.in_sync_wait > 0 and self._in_sync_copy(prepared) == state:
             log.info(
                 "journal %s: every node holds segment %s; finalizing it without an accept round", self.journal_id, state
             )
@@ -222,6 +223,10 @@ class QuorumJournalManager:
     ) -> tuple[str, PrepareRecoveryResponse] | None:
         """The recovery source (a seam for the simulator's protocol-bug switches)."""
         return choose_recovery_source(prepared)
+
+    def _in_sync_copy(self, prepared: Mapping[str, PrepareRecoveryResponse]) -> SegmentState | None:
+        """The copy that spares recovery its accept round (a seam like ``_choose_source``)."""
+        return in_sync_copy(prepared, self.loggers.size)
 
     # -- segments ----------------------------------------------------------------------------
 

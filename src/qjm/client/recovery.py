@@ -23,28 +23,56 @@ the replies in.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Protocol
 
 from qjm.errors import InvariantViolation
 from qjm.protocol.messages import NO_TXID, PrepareRecoveryResponse, SegmentState
 
-__all__ = ["check_no_committed_loss", "choose_recovery_source", "compare_responses", "in_sync_copy", "seen_epoch"]
+
+class RecoveryBugs(Protocol):
+    """The test-only switches the recovery choices read (``qjm.testing.bugs.ProtocolBugs`` has
+    them): each one, when True, breaks one rule on purpose so the fault search can show it notices."""
+
+    @property
+    def ignore_writer_epoch_rule(self) -> bool: ...
+
+    @property
+    def ignore_accepted_epoch(self) -> bool: ...
+
+    @property
+    def pick_shortest_log(self) -> bool: ...
+
+    @property
+    def skip_accept_on_quorum_copy(self) -> bool: ...
+
+
+__all__ = [
+    "RecoveryBugs",
+    "check_no_committed_loss",
+    "choose_recovery_source",
+    "compare_responses",
+    "in_sync_copy",
+    "seen_epoch",
+]
 
 
 def _sign(x: int) -> int:
     return (x > 0) - (x < 0)
 
 
-def seen_epoch(r: PrepareRecoveryResponse, bugs: object | None = None) -> int:
+def seen_epoch(r: PrepareRecoveryResponse, bugs: RecoveryBugs | None = None) -> int:
     """``maxSeenEpoch`` of design §2.9 rule 3a with HDFS-3845: max(accepted epoch or 0, writer epoch).
 
-    ``bugs`` (a ``qjm.testing.bugs.ProtocolBugs``, tests only) can drop either term on purpose.
+    ``bugs`` (tests only) can drop either term on purpose.
     """
-    accepted = 0 if getattr(bugs, "ignore_accepted_epoch", False) else (r.accepted_in_epoch or 0)
-    writer = 0 if getattr(bugs, "ignore_writer_epoch_rule", False) else r.last_writer_epoch
+    accepted = 0 if bugs is not None and bugs.ignore_accepted_epoch else (r.accepted_in_epoch or 0)
+    writer = 0 if bugs is not None and bugs.ignore_writer_epoch_rule else r.last_writer_epoch
     return max(accepted, writer)
 
 
-def compare_responses(a: PrepareRecoveryResponse, b: PrepareRecoveryResponse, *, bugs: object | None = None) -> int:
+def compare_responses(
+    a: PrepareRecoveryResponse, b: PrepareRecoveryResponse, *, bugs: RecoveryBugs | None = None
+) -> int:
     """Order two prepare replies for the same segment; the greater one is the better recovery source.
 
     Returns a negative number, zero or a positive number as ``a`` is worse than, as good as, or
@@ -74,7 +102,7 @@ def compare_responses(a: PrepareRecoveryResponse, b: PrepareRecoveryResponse, *,
     if by_epoch:
         return by_epoch
     # Rule 3c: same epoch, so both copies are prefixes of one writer's log; the longer holds more.
-    if getattr(bugs, "pick_shortest_log", False):
+    if bugs is not None and bugs.pick_shortest_log:
         return _sign(sb.end_txid - sa.end_txid)
     return _sign(sa.end_txid - sb.end_txid)
 
@@ -82,7 +110,7 @@ def compare_responses(a: PrepareRecoveryResponse, b: PrepareRecoveryResponse, *,
 def choose_recovery_source(
     responses: Mapping[str, PrepareRecoveryResponse],
     *,
-    bugs: object | None = None,
+    bugs: RecoveryBugs | None = None,
 ) -> tuple[str, PrepareRecoveryResponse] | None:
     """The best reply under ``compare_responses`` and its node (reference §3.5 step 3).
 
@@ -115,7 +143,9 @@ def check_no_committed_loss(chosen: SegmentState, responses: Mapping[str, Prepar
             )
 
 
-def in_sync_copy(responses: Mapping[str, PrepareRecoveryResponse], node_count: int) -> SegmentState | None:
+def in_sync_copy(
+    responses: Mapping[str, PrepareRecoveryResponse], node_count: int, *, bugs: RecoveryBugs | None = None
+) -> SegmentState | None:
     """The in-progress copy every one of ``node_count`` nodes reported, or None.
 
     When all nodes answered phase 1 (after promising the new epoch) with one and the same
@@ -125,9 +155,10 @@ def in_sync_copy(responses: Mapping[str, PrepareRecoveryResponse], node_count: i
     nothing to protect, and the writer may finalize directly. A copy is identified by its end and
     the epoch of its last frame, the identity accept_recovery itself uses to skip a download
     (design §2.9, last paragraph). Every node, not a quorum: a node that did not answer may hold
-    a longer copy that a later recovery would prefer.
+    a longer copy that a later recovery would prefer (``bugs`` can settle for a quorum, tests only).
     """
-    if node_count < 1 or len(responses) < node_count:
+    needed = node_count // 2 + 1 if bugs is not None and bugs.skip_accept_on_quorum_copy else node_count
+    if node_count < 1 or len(responses) < needed:
         return None
     states = {r.segment_state for r in responses.values()}
     if len(states) != 1:

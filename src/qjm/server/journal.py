@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from qjm._native import framing
 from qjm.errors import (
@@ -51,6 +52,21 @@ from qjm.server.storage import (
     scan_segment_bytes,
     scan_segment_windows,
 )
+
+
+class NodeBugs(Protocol):
+    """The test-only switches a node reads (``qjm.testing.bugs.ProtocolBugs`` has them): each one,
+    when True, drops one rule on purpose so the fault search can show it notices."""
+
+    @property
+    def ack_before_fsync(self) -> bool: ...
+
+    @property
+    def skip_data_plane_epoch_check(self) -> bool: ...
+
+    @property
+    def finalize_any_same_length_copy(self) -> bool: ...
+
 
 log = logging.getLogger("qjm.journal")
 
@@ -115,11 +131,10 @@ class Journal:
         fetcher: SegmentFetcher = _no_fetcher,
         clock: Callable[[], float] = time.monotonic,
         hooks: JournalHooks | None = None,
-        bugs: object | None = None,
+        bugs: NodeBugs | None = None,
     ) -> None:
         self.storage = storage
-        # Test-only protocol switches (``qjm.testing.bugs.ProtocolBugs``); None is the correct protocol.
-        self._bugs = bugs
+        self._bugs = bugs  # test-only protocol switches; None is the correct protocol
         self.journal_id = storage.journal_id
         self._fetch = fetcher
         self._clock = clock
@@ -130,6 +145,7 @@ class Journal:
         self._writer_epoch = storage.read_long(WRITER) or 0
         committed = storage.read_long(COMMITTED)
         self._committed = NO_TXID if committed is None else committed
+        self._committed_before_epoch = self._committed
         self._serial = -1
         self._open: _OpenSegment | None = None
         self._highest_written = 0
@@ -140,6 +156,10 @@ class Journal:
         self._scan_memo: dict[str, framing.ScanResult] | None = None
         self.stats = JournalStats()
         if self._ns is not None:
+            # A crash between accept_recovery's commit point and its rename leaves the accepted
+            # copy in a temp file; put it in place before any call can look at the segment (a
+            # finalize after the restart would otherwise take the copy held before the accept).
+            self._roll_forward_accepted()
             self._highest_written = self._scan_newest_on_open()
 
     # -- checks (reference §1.3) -----------------------------------------------------------
@@ -200,6 +220,7 @@ class Journal:
     def _set_promised(self, epoch: int) -> None:
         self.storage.write_long(PROMISED, epoch)
         self._promised = epoch
+        self._committed_before_epoch = self._committed
         self._serial = -1
 
     # -- format / state ----------------------------------------------------------------------
@@ -217,7 +238,7 @@ class Journal:
             self.storage.format(ns)
             self._ns = ns
             self._promised = self._writer_epoch = 0
-            self._committed = NO_TXID
+            self._committed = self._committed_before_epoch = NO_TXID
             self._serial = -1
             self._highest_written = 0
             log.info("formatted journal %s in %s", self.journal_id, self.storage.describe())
@@ -325,7 +346,7 @@ class Journal:
             try:
                 for frame in frames:
                     h = framing.verify_frame(frame)
-                    if not getattr(self._bugs, "skip_data_plane_epoch_check", False):
+                    if self._bugs is None or not self._bugs.skip_data_plane_epoch_check:
                         self._check_writer(h.epoch)
                     if seg is None:
                         raise OutOfSyncError(
@@ -369,7 +390,7 @@ class Journal:
     def _sync_or_abort(self, seg: _OpenSegment) -> None:
         started = self._clock()
         try:
-            if not getattr(self._bugs, "ack_before_fsync", False):
+            if self._bugs is None or not self._bugs.ack_before_fsync:
                 seg.appender.sync()
         except Exception:
             # Nothing after the last durable point may be acknowledged: drop the open segment so the
@@ -434,7 +455,8 @@ class Journal:
         paxos = self.storage.read_paxos(start)
         accepted = paxos is not None and paxos.accepted_in_epoch == epoch and paxos.segment_state.end_txid == end
         named = copy_epoch != 0 and res.last_epoch == copy_epoch
-        if not (accepted or named or res.last_epoch == epoch):
+        anything = self._bugs is not None and self._bugs.finalize_any_same_length_copy
+        if not (accepted or named or res.last_epoch == epoch or anything):
             raise OutOfSyncError(
                 f"cannot finalize segment {start} at {end} in epoch {epoch}: this copy holds epoch "
                 f"{res.last_epoch}'s frames, "
@@ -513,13 +535,18 @@ class Journal:
             if not same:
                 if current is not None and not current.in_progress:
                     raise InvariantViolation(f"recovery would change finalized segment {current} into {state}")
+                # Only a committed txid learned before this epoch can be one of this segment's: the
+                # proposing writer commits txids only in segments it starts after this recovery, so
+                # one it reports past the proposed end (a delayed accept, stamped when it runs) is
+                # the same number in a later segment, not a txid of this node's longer copy.
+                committed = self._committed_before_epoch
                 if (
                     current is not None
-                    and current.start_txid <= self._committed <= current.end_txid
-                    and not state.start_txid <= self._committed <= state.end_txid
+                    and current.start_txid <= committed <= current.end_txid
+                    and not state.start_txid <= committed <= state.end_txid
                 ):
                     raise InvariantViolation(
-                        f"recovery to {state} would discard committed txid {self._committed} held in {current}"
+                        f"recovery to {state} would discard committed txid {committed} held in {current}"
                     )
                 data = self._fetch(source, self.journal_id, seg)
                 res = scan_segment_bytes(data, seg)

@@ -1,14 +1,17 @@
 """Protocol bugs on purpose: switches that break one rule each, to prove the fault search has teeth.
 
-A ``ProtocolBugs`` object is handed to ``Journal(bugs=...)`` and to the recovery-source choice
-(``choose_recovery_source(..., bugs=...)``); ``None`` everywhere is the correct protocol. The
-switches are never globals, so a bugged simulation cannot leak into a correct one running in the
-same process.
+A ``ProtocolBugs`` object is handed to ``Journal(bugs=...)`` and to the recovery choices of
+``qjm.client.recovery`` (``choose_recovery_source``, ``in_sync_copy``); ``None`` everywhere is the
+correct protocol. The switches are never globals, so a bugged simulation cannot leak into a correct
+one running in the same process. The protocol modules declare the switches they read as
+protocols (``NodeBugs``, ``RecoveryBugs``) and never import this module.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+
+from qjm.errors import ConfigError
 
 __all__ = ["BUG_NAMES", "ProtocolBugs"]
 
@@ -27,38 +30,62 @@ class ProtocolBugs:
     """The node takes frames from any epoch (invariant 4, data plane fencing)."""
     pick_shortest_log: bool = False
     """Recovery rule 3c reversed: the shorter of two same-epoch copies wins (committed is forever)."""
+    skip_accept_on_quorum_copy: bool = False
+    """Recovery skips its accept round when a quorum, not every node, reported one in-progress copy:
+    a node that did not answer may hold a longer copy a later recovery prefers (``in_sync_copy``)."""
+    finalize_any_same_length_copy: bool = False
+    """A node finalizes whatever copy of the right length it holds, not only the copy the writer
+    named or accepted: a node that missed the accept round may hold another writer's copy."""
 
     @property
     def server_side(self) -> bool:
         """True if the nodes (``Journal``) must be built with this object."""
-        return self.ack_before_fsync or self.skip_data_plane_epoch_check
+        return self.ack_before_fsync or self.skip_data_plane_epoch_check or self.finalize_any_same_length_copy
 
     @property
     def client_side(self) -> bool:
-        """True if the recovery-source choice must be made with this object."""
-        return self.ignore_writer_epoch_rule or self.ignore_accepted_epoch or self.pick_shortest_log
+        """True if the writer's recovery choices must be made with this object."""
+        return (
+            self.ignore_writer_epoch_rule
+            or self.ignore_accepted_epoch
+            or self.pick_shortest_log
+            or self.skip_accept_on_quorum_copy
+        )
 
     @property
     def enabled(self) -> list[str]:
         return [f.name for f in fields(self) if getattr(self, f.name)]
 
+    def spec(self) -> str:
+        """The text ``parse`` reads back: the switches that are on, comma separated."""
+        return ",".join(self.enabled)
+
     @classmethod
     def only(cls, name: str) -> ProtocolBugs:
         """The object with exactly one switch on: ``ProtocolBugs.only("pick_shortest_log")``."""
-        if name not in BUG_NAMES:
-            raise ValueError(f"unknown protocol bug {name!r}; known: {', '.join(BUG_NAMES)}")
+        _check_names([name])
         return cls(**{name: True})
 
     @classmethod
     def parse(cls, text: str) -> ProtocolBugs | None:
-        """``"a,b"`` → the object with switches a and b on; ``""`` → None (the correct protocol)."""
+        """``"a,b"`` → the object with switches a and b on; ``""`` → None (the correct protocol).
+
+        Raises ``ConfigError`` naming every valid switch when a name is not one of them.
+        """
         names = [n.strip() for n in text.split(",") if n.strip()]
         if not names:
             return None
-        for n in names:
-            if n not in BUG_NAMES:
-                raise ValueError(f"unknown protocol bug {n!r}; known: {', '.join(BUG_NAMES)}")
+        _check_names(names)
         return cls(**dict.fromkeys(names, True))
+
+
+def _check_names(names: list[str]) -> None:
+    unknown = [n for n in names if n not in BUG_NAMES]
+    if unknown:
+        raise ConfigError(
+            f"unknown protocol bug{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+            f"the valid ones are: {', '.join(BUG_NAMES)}"
+        )
 
 
 BUG_NAMES: tuple[str, ...] = tuple(f.name for f in fields(ProtocolBugs))

@@ -83,8 +83,8 @@ def _sim(a: argparse.Namespace) -> int:
 def _faultsim(a: argparse.Namespace) -> int:
     """Many simulator seeds over Spark (or a local process pool without pyspark)."""
     rep = run_faultsim(
-        parse_range(a.seeds), master=a.master, steps=a.steps, bugs=a.bugs, batch=a.batch,
-        use_spark=False if a.local else None,
+        parse_range(a.seeds), master=a.master, steps=a.steps, bugs=ProtocolBugs.parse(a.bugs), batch=a.batch,
+        use_spark=False if a.local else None, processes=a.processes,
     )  # fmt: skip
     print(rep.summary())
     return 0 if not rep.failures else 1
@@ -136,6 +136,7 @@ def register(add: AddCommand) -> None:
     s.add_argument("--bugs", default="", help="test-only protocol bugs to switch on (comma separated)")
     s.add_argument("--batch", type=int, default=None, help="seeds per Spark job (progress is printed per job)")
     s.add_argument("--local", action="store_true", help="use a local process pool even if pyspark imports")
+    s.add_argument("--processes", type=int, default=None, help="size of the local pool (default: every core)")
     s.set_defaults(fn=_faultsim)
 
     s = add("chaos", help="process-level chaos: writers and nodes SIGKILLed/SIGSTOPped, then verified")

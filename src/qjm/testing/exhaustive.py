@@ -238,12 +238,15 @@ def small_worlds() -> list[World]:
         World("2.10.7", (WriterPlan(("b1", "b1")), WriterPlan(()), WriterPlan(())), 2, death, delays=0,
               slow=((2, 1), (3, 2)),
               about="design 2.10.7: a recovery accepted on two nodes dies after finalizing one"),
+        World("same-length", (WriterPlan(("b1",)), WriterPlan(("b1",)), WriterPlan(())), 2,
+              frozenset({"writer_kill", "unsent", "fetch_fail"}), delays=0, slow=((2, 0),),
+              about="two writers' same-length copies of one segment; a node misses the accept, not the finalize"),
     ]  # fmt: skip
 
 
 def teeth_worlds() -> list[World]:
     """The small worlds in which the exhaustive search must catch each ``ProtocolBugs`` switch."""
-    return [w for w in small_worlds() if w.name in ("race", "2.10.6", "2.10.7")]
+    return [w for w in small_worlds() if w.name in ("race", "2.10.6", "2.10.7", "same-length")]
 
 
 @dataclass

@@ -13,13 +13,28 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-__all__ = ["FaultsimReport", "parse_range", "run_faultsim"]
+from qjm.testing.bugs import ProtocolBugs
+
+__all__ = ["FaultsimReport", "parse_range", "replay_command", "run_faultsim"]
+
+
+def replay_command(seed: int, *, steps: int, bugs: ProtocolBugs | None) -> str:
+    """The ``qjm sim`` command line that runs ``seed`` again exactly as the search ran it.
+
+    A run is a function of the seed, the step budget and the protocol-bug switches (the fault
+    profile and every decision are drawn from the seed), so these are all it needs to carry.
+    """
+    argv = ["qjm", "sim", "--seed", str(seed), "--steps", str(steps)]
+    if bugs is not None:
+        argv += ["--bugs", bugs.spec()]
+    return shlex.join([*argv, "--trace"])
 
 
 @dataclass
@@ -31,6 +46,8 @@ class FaultsimReport:
     seconds: float = 0.0
     cores: int = 1
     engine: str = ""
+    steps: int = 400
+    bugs: ProtocolBugs | None = None
 
     @property
     def rate(self) -> float:
@@ -48,7 +65,8 @@ class FaultsimReport:
             "  totals: " + ", ".join(f"{k} {v}" for k, v in sorted(self.stats.items())),
         ]
         for seed, violation, trace in sorted(self.failures):
-            lines.append(f"\nFAILING SEED {seed}: {violation}\n  replay: qjm sim --seed {seed} --trace")
+            replay = replay_command(seed, steps=self.steps, bugs=self.bugs)
+            lines.append(f"\nFAILING SEED {seed}: {violation}\n  replay: {replay}")
             lines.extend("  " + t for t in trace)
         return "\n".join(lines)
 
@@ -70,18 +88,16 @@ def _quiet_logs() -> None:
         lg.addHandler(logging.NullHandler())
 
 
-def run_partition(seeds: Iterable[int], steps: int = 400, bugs: str = "") -> Iterator[dict[str, Any]]:
+def run_partition(seeds: Iterable[int], steps: int = 400, bugs: ProtocolBugs | None = None) -> Iterator[dict[str, Any]]:
     """Run the seeds of one partition; yield one record: counts, stats totals, failures with traces."""
-    from qjm.testing.bugs import ProtocolBugs
     from qjm.testing.sim import run_seed
 
     _quiet_logs()
-    b = ProtocolBugs.parse(bugs)
     n = ok = 0
     totals: dict[str, int] = {}
     failures: list[tuple[int, str, list[str]]] = []
     for seed in seeds:
-        r = run_seed(seed, steps=steps, bugs=b)
+        r = run_seed(seed, steps=steps, bugs=bugs)
         n += 1
         for k, v in r.stats.items():
             totals[k] = totals.get(k, 0) + v
@@ -154,7 +170,7 @@ def run_faultsim(
     *,
     master: str = "local[*]",
     steps: int = 400,
-    bugs: str = "",
+    bugs: ProtocolBugs | None = None,
     batch: int | None = None,
     slices_per_core: int = 4,
     out: TextIO = sys.stderr,
@@ -164,7 +180,7 @@ def run_faultsim(
     """Run every seed of ``seeds``; Spark if pyspark imports (or ``use_spark``), else a process pool."""
     if use_spark is None:
         use_spark = _have_pyspark()
-    report = FaultsimReport()
+    report = FaultsimReport(steps=steps, bugs=bugs)
     t0 = time.perf_counter()
     if use_spark:
         spark = _spark_session(master)
@@ -201,11 +217,11 @@ def run_faultsim(
     return report
 
 
-def _pool_job(seeds: range, steps: int, bugs: str) -> dict[str, Any]:
+def _pool_job(seeds: range, steps: int, bugs: ProtocolBugs | None) -> dict[str, Any]:
     return next(run_partition(seeds, steps, bugs))
 
 
-def _partition_fn(steps: int, bugs: str) -> Callable[[Iterable[int]], Iterator[dict[str, Any]]]:
+def _partition_fn(steps: int, bugs: ProtocolBugs | None) -> Callable[[Iterable[int]], Iterator[dict[str, Any]]]:
     """A picklable function of one partition (the import happens on the executor)."""
 
     def fn(seeds: Iterable[int]) -> Iterator[dict[str, Any]]:
@@ -216,12 +232,13 @@ def _partition_fn(steps: int, bugs: str) -> Callable[[Iterable[int]], Iterator[d
     return fn
 
 
-def _search_job(lo: int, hi: int, bugs: str, steps: int, check_durable_ack: bool) -> tuple[int, str, list[str]] | None:
-    from qjm.testing.bugs import ProtocolBugs
+def _search_job(
+    lo: int, hi: int, bugs: ProtocolBugs | None, steps: int, check_durable_ack: bool
+) -> tuple[int, str, list[str]] | None:
     from qjm.testing.sim import search_seeds
 
     _quiet_logs()
-    hit = search_seeds(range(lo, hi), bugs=ProtocolBugs.parse(bugs), steps=steps, check_durable_ack=check_durable_ack)
+    hit = search_seeds(range(lo, hi), bugs=bugs, steps=steps, check_durable_ack=check_durable_ack)
     if hit is None:
         return None
     seed, r = hit
@@ -231,7 +248,7 @@ def _search_job(lo: int, hi: int, bugs: str, steps: int, check_durable_ack: bool
 def first_violation(
     seeds: range,
     *,
-    bugs: str = "",
+    bugs: ProtocolBugs | None = None,
     processes: int | None = None,
     chunk: int = 250,
     steps: int = 400,

@@ -26,8 +26,13 @@ point or before an append, and a restart over the same storage; a failed segment
 writer that dies while sending, or while waiting between any two phases; several writers that take
 over one after the other or interleave.
 
+Each seed draws a profile (calm, mixed storms, recovery-heavy, or ``shapes``: a chain of writers
+given roles that leave one of the rarest recovery shapes behind), so rare paths are reached
+within a few hundred seeds.
+
 After every step the invariants of design §2.7 are checked (``Checker``); a violation raises
-``SimViolation`` (an ``InvariantViolation``) carrying the seed and the trace of every call.
+``SimViolation`` (an ``InvariantViolation``) carrying the seed and the trace of every call. A
+node's own ``InvariantViolation`` reply is a violation too, even one no writer waits for.
 
 The package, one module per part: ``choice`` (decisions, fault rates, workloads), ``nodes``,
 ``transport`` (the simulated ``Logger`` and quorum waits), ``writers``, ``checker`` (the

@@ -129,6 +129,20 @@ class WriterPlan:
 
 
 @dataclass(frozen=True, slots=True)
+class WriterRole:
+    """A writer's part in a recovery scenario of the ``shapes`` profile: its plan, where it dies
+    and whom its calls reach. Everything a role leaves open (delivery order, other faults) stays
+    random."""
+
+    plan: WriterPlan
+    death_op: str = ""  # it dies on entering its death_nth-th wait on a call of this kind ("": no)
+    death_nth: int = 1
+    reach: frozenset[int] | None = None  # at its death its queued calls still reach exactly these nodes
+    cut: frozenset[int] = frozenset()  # nodes it cannot reach at all: every call to them is lost
+    miss_accept: frozenset[int] = frozenset()  # nodes its accept_recovery never reaches
+
+
+@dataclass(frozen=True, slots=True)
 class Workload:
     """The writers of a run. ``plans=None`` draws them from the chooser (random mode)."""
 

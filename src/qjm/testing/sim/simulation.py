@@ -9,7 +9,7 @@ import random
 import threading
 import traceback
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from qjm._native import framing
@@ -23,11 +23,21 @@ from qjm.errors import (
     QuorumError,
     WriterCrashedError,
 )
+from qjm.protocol.messages import PrepareRecoveryResponse
 from qjm.server.journal import COMMITTED, PROMISED, WRITER, Journal
 from qjm.testing.bugs import ProtocolBugs
 from qjm.testing.memstore import MemoryStorage
 from qjm.testing.sim.checker import Checker, SimViolation
-from qjm.testing.sim.choice import NO_FAULTS, Chooser, ChooserRandom, FaultRates, RandomChooser, Workload, WriterPlan
+from qjm.testing.sim.choice import (
+    NO_FAULTS,
+    Chooser,
+    ChooserRandom,
+    FaultRates,
+    RandomChooser,
+    Workload,
+    WriterPlan,
+    WriterRole,
+)
 from qjm.testing.sim.nodes import JOURNAL_ID, NS, Node, NodeCrash, SimHooks
 from qjm.testing.sim.transport import Msg, SimCondition, SimLogger, short
 from qjm.testing.sim.writers import Batch, Killed, Task
@@ -54,6 +64,9 @@ class SimResult:
     trace: list[str]
     stats: dict[str, int]
     pruned: bool = False
+    node_alarms: list[str] = field(default_factory=list)
+    """Every ``InvariantViolation`` a node replied with, whether or not a writer waited for it:
+    each one fails the run (the first is its violation)."""
 
 
 class Simulation:
@@ -103,15 +116,17 @@ class Simulation:
         self.stats: dict[str, int] = {
             "steps": 0, "deliveries": 0, "fail_before": 0, "reply_lost": 0, "node_crashes": 0, "crash_inside": 0,
             "writer_kills": 0, "writer_crash_send": 0, "fetch_fail": 0, "writers": 0, "acked_txids": 0,
-            "recoveries": 0, "fenced": 0, "group_commits": 0, "partitions": 0, "invariant_replies": 0,
+            "recoveries": 0, "fenced": 0, "group_commits": 0, "partitions": 0, "node_alarms": 0,
+            "shape_common": 0, "shape_partial": 0, "shape_unequal": 0, "shape_accepted": 0,
         }  # fmt: skip
         self._setup_rates(rates)
         self._plans: list[WriterPlan] = []
+        self._roles: list[WriterRole] = []  # shapes profile: the parts of the writers still to start
         self._interleaved = False
         self._final = False
         self._cut: set[tuple[int, int]] = set()  # (writer, node) channels that lose every call
         self._slow: dict[tuple[int, int], float] = {}  # (writer, node) → delivery weight below 1
-        self.invariant_replies: list[str] = []  # nodes' InvariantViolation replies (see SimResult)
+        self.node_alarms: list[str] = []  # nodes' InvariantViolation replies (see SimResult)
         for w, n in self.workload.slow:
             self._slow[(w, n)] = 0.1
 
@@ -133,7 +148,8 @@ class Simulation:
 
         Most bugs need one or two faults; some (design §2.10.6, §2.10.7) need a chain of writers
         that each die in a particular phase with a particular node lagging. The ``recovery`` profile
-        makes such chains likely: many short-lived writers, planned deaths, lagging nodes.
+        makes such chains likely: many short-lived writers, planned deaths, lagging nodes. The
+        ``shapes`` profile goes further for the rarest recovery shapes (see ``_shape_roles``).
         """
         self.profile = "fixed"
         if rates is not None:
@@ -142,12 +158,44 @@ class Simulation:
         r = self.chooser.choice(10, "profile")
         if r == 0:
             self.profile, self.rates = "calm", FaultRates().scaled(0.0)
-        elif r < 6:
+        elif r < 5:
             self.profile = "mixed"
             self.rates = FaultRates().scaled((0.5, 1.0, 1.0, 2.0, 3.0)[self.chooser.choice(5, "storm")])
-        else:
+        elif r < 8:
             self.profile = "recovery"
             self.rates = replace(FaultRates().scaled(0.5), death_point=0.8, slow_node=0.7)
+        else:
+            self.profile = "shapes"
+            self.rates = replace(FaultRates().scaled(0.25), death_point=0.0, slow_node=0.3)
+
+    def _shape_roles(self) -> list[WriterRole]:
+        """A chain of writers built to leave one of the rare recovery shapes behind, around an odd
+        node ``o`` (the other two are ``a`` and ``b``); delivery order and light faults stay random.
+
+        * interrupted recovery: w1 dies with its last txid on ``o`` alone (unequal copies); w2,
+          cut off from ``o``, recovers from a quorum holding one copy and dies finalizing it on
+          ``a`` alone; w3, cut off from ``a``, must recover the copy w2 chose, not ``o``'s longer
+          one (design §2.10.7: the accepted proposal decides).
+        * same-length copies: w1 dies with its first batch on ``o`` alone; w2, cut off from ``o``,
+          writes as many txids into the same segment; w3's accept never reaches ``o``, whose copy
+          has the chosen length but another writer's frames, and must not be finalized.
+        """
+        c = self.chooser
+        order = list(range(len(self.nodes)))
+        o = order.pop(c.choice(len(order), "odd_node"))
+        a = order[c.choice(len(order), "other_node")]
+        if c.choice(2, "shape") == 0:
+            return [
+                WriterRole(WriterPlan(("b1", "sync", "b1")), "journal", 2, reach=frozenset({o})),
+                WriterRole(WriterPlan(()), "finalize_log_segment", 1, reach=frozenset({a}), cut=frozenset({o})),
+                WriterRole(WriterPlan(()), cut=frozenset({a})),
+            ]
+        batch = f"b{1 + c.choice(2, 'batch')}"
+        return [
+            WriterRole(WriterPlan((batch,)), "journal", 1, reach=frozenset({o})),
+            WriterRole(WriterPlan((batch,)), cut=frozenset({o})),
+            WriterRole(WriterPlan(()), miss_accept=frozenset({o})),
+        ]
 
     def _new_journal(self, i: int) -> Journal:
         bugs = self.bugs if self.bugs is not None and self.bugs.server_side else None
@@ -171,6 +219,15 @@ class Simulation:
         if task is None or threading.current_thread() is not task.thread:
             raise RuntimeError("a simulated quorum wait outside a writer task")
         task.waits += 1
+        op = next((s.split("(", 1)[0] for s in cond.owner.summaries.values() if s != "(not sent)"), "")
+        task.op_waits[op] = task.op_waits.get(op, 0) + 1
+        role = task.role
+        if role is not None and role.death_op == op and task.op_waits[op] == role.death_nth and not self._final:
+            self.stats["writer_kills"] += 1
+            task.life.crash("planned death")
+            self.note(f"w{task.wid} CRASHES (its role: dies on {op} #{role.death_nth}) while {task.phase}")
+            self._drop_unsent(task)
+            raise Killed
         if task.waits == task.death_at and not self._final:
             self.stats["writer_kills"] += 1
             task.life.crash("planned death")
@@ -229,10 +286,14 @@ class Simulation:
         was already on the wire (and may still arrive); the rest is never sent."""
         if self._final:
             return
+        reach = task.role.reach if task.role is not None else None
         for lg in task.loggers:
             if not lg.queue:
                 continue
-            keep = self.chooser.randint(0, len(lg.queue), "unsent")
+            if reach is not None:
+                keep = len(lg.queue) if lg.node in reach else 0
+            else:
+                keep = self.chooser.randint(0, len(lg.queue), "unsent")
             dropped = list(lg.queue)[keep:]
             for _ in dropped:
                 lg.queue.pop()
@@ -241,6 +302,25 @@ class Simulation:
                 m.fut.set_exception(WriterCrashedError(f"w{task.wid} died before sending {m.op}"))
 
     # -- sending and delivering ----------------------------------------------------------------
+
+    def on_recovery_shape(self, prepared: Mapping[str, PrepareRecoveryResponse]) -> None:
+        """A writer is about to choose its recovery source: count the shape of the replies it has.
+
+        common: every node holds one copy; partial: some responder lacks the segment, or not every
+        node answered; unequal: in-progress copies of different ends; accepted: an earlier
+        recovery's accepted proposal is among them.
+        """
+        states = [r.segment_state for r in prepared.values()]
+        ends = {st.end_txid for st in states if st is not None}
+        if any(r.accepted_in_epoch for r in prepared.values()):
+            shape = "accepted"
+        elif len(ends) > 1:
+            shape = "unequal"
+        elif len(states) == len(self.nodes) and all(st is not None for st in states):
+            shape = "common"
+        else:
+            shape = "partial"
+        self.stats[f"shape_{shape}"] += 1
 
     def on_send(self, lg: SimLogger, op: str) -> None:
         """Fault point when a writer sends: it may die partway through its fan-out."""
@@ -262,6 +342,9 @@ class Simulation:
         if (m.logger.writer, m.logger.node) in self._cut:
             return "fail"
         if self.chooser.chance(self.rates.fail_before, "fail_before"):
+            return "fail"
+        role = self.tasks[m.logger.writer - 1].role
+        if role is not None and m.op == "accept_recovery" and m.logger.node in role.miss_accept:
             return "fail"
         if self.chooser.chance(self.rates.reply_lost, "reply_lost"):
             return "lost"
@@ -316,12 +399,14 @@ class Simulation:
             self._complete(m, node, error=NodeUnavailableError(f"{node.name} died during {m.op}"))
             return
         except QJMError as e:
-            # An InvariantViolation reply is delivered like any error: the QuorumCall of a writer
-            # still waiting raises it at once (never outvoted), which ends the run as a violation.
             self.note(f"{tag} => {type(e).__name__}: {e}")
             if isinstance(e, InvariantViolation):
-                self.stats["invariant_replies"] += 1
-                self.invariant_replies.append(f"{node.name} {m.summary}: {e}")
+                # A node's own alarm is a violation even when no writer waits for the reply any
+                # more (a delayed call of a writer that moved on): a real one, or a false alarm
+                # that must be fixed in the node.
+                self.stats["node_alarms"] += 1
+                self.node_alarms.append(f"{node.name} {m.summary}: {e}")
+                self.checker.fail(f"node-side alarm: {node.name} replied to w{lg.writer} {m.summary}: {e}")
             self._complete(m, node, error=e)
             return
         except Exception as e:
@@ -385,7 +470,9 @@ class Simulation:
                 self._complete(g, node, error=NodeUnavailableError(f"{node.name} died"))
             return
         except InvariantViolation as e:
-            self.checker.fail(f"{node.name} raised InvariantViolation in journal: {e}")
+            self.stats["node_alarms"] += 1
+            self.node_alarms.append(f"{node.name} {tag}: {e}")
+            self.checker.fail(f"node-side alarm: {node.name} raised InvariantViolation in journal: {e}")
         except QJMError as e:
             # data.py: the error carries the journal's durable txid, else the connection's last ack
             durable = int(getattr(e, "durable_txid", lg.link_acked.get(m.gen, 0)))
@@ -487,6 +574,17 @@ class Simulation:
             self.note(f"n{n} is slow to answer w{wid}")
         if not final and self.chooser.chance(self.rates.death_point, "death_point"):
             task.death_at = 1 + self.chooser.choice(8 if self.profile == "recovery" else 12, "death_at")
+        if not final and self._roles:
+            role = task.role = self._roles.pop(0)
+            for n in sorted(role.cut):
+                self._cut.add((wid, n))
+                self.note(f"PARTITION: w{wid} cannot reach n{n}")
+            if role.death_op:
+                self.note(f"w{wid} will die on {role.death_op} #{role.death_nth}, its calls then reaching "
+                          f"{', '.join(f'n{n}' for n in sorted(role.reach or ())) or 'no node'}")  # fmt: skip
+            if role.miss_accept:
+                missed = ", ".join(f"n{n}" for n in sorted(role.miss_accept))
+                self.note(f"w{wid}'s accept_recovery will not reach {missed}")
         self.tasks.append(task)
         self.stats["writers"] += 1
         self.note(f"w{wid} starts{' (final recovery, no faults)' if final else ''}: plan {' '.join(plan.ops) or '-'}")
@@ -618,6 +716,7 @@ class Simulation:
             self.trace if violation is None else violation.trace,
             dict(self.stats),
             pruned,
+            list(self.node_alarms),
         )
 
     def _begin(self) -> None:
@@ -629,10 +728,18 @@ class Simulation:
             self.note(f"setup: formatted {len(self.nodes)} nodes")
         if w.plans is not None:
             self._plans = list(w.plans)
+        elif self.profile == "shapes":
+            self._roles = self._shape_roles()
+            self._plans = [r.plan for r in self._roles]
+            if self.chooser.choice(2, "writers"):
+                self._plans.append(self._draw_plan(False))
         else:
             count = (3 if self.profile == "recovery" else 2) + self.chooser.choice(3, "writers")
             self._plans = [self._draw_plan(i == 0) for i in range(count)]
-        self._interleaved = w.interleaved if w.interleaved is not None else self.chooser.choice(2, "mode") == 1
+        if w.interleaved is not None:
+            self._interleaved = w.interleaved
+        else:  # a shapes scenario is a chain: each writer takes over from the one before
+            self._interleaved = self.profile != "shapes" and self.chooser.choice(2, "mode") == 1
         how = "interleaved" if self._interleaved else "one after another"
         self.note(f"profile {self.profile}: {len(self._plans)} writers, {how}")
         self._run_task(self._spawn(self._plans.pop(0)))

@@ -20,7 +20,7 @@ from qjm._native import framing
 from qjm.client.loggers import CallHooks, Logger, LoggerSet, WriterLife
 from qjm.client.manager import QuorumJournalManager
 from qjm.client.quorum import QuorumCall
-from qjm.client.recovery import choose_recovery_source
+from qjm.client.recovery import choose_recovery_source, in_sync_copy
 from qjm.errors import InvariantViolation, OutOfSyncError, QJMError, WriterCrashedError
 from qjm.protocol.messages import (
     NO_TXID,
@@ -406,16 +406,22 @@ class SimLoggerSet(LoggerSet):
 class SimManager(QuorumJournalManager):
     """The real ``QuorumJournalManager`` over simulated loggers.
 
-    Client-side ``ProtocolBugs`` reach ``choose_recovery_source`` through the manager's
-    ``_choose_source`` seam; everything else is the inherited code.
+    Client-side ``ProtocolBugs`` reach ``choose_recovery_source`` and ``in_sync_copy`` through the
+    manager's ``_choose_source`` and ``_in_sync_copy`` seams; everything else is the inherited code.
+    The simulation also learns the shape of each recovery (what the prepare replies held).
     """
 
     def __init__(self, sim: Simulation, writer: int, loggers: Sequence[SimLogger], bugs: ProtocolBugs | None) -> None:
         super().__init__(sim.uri, config=sim.config, loggers=loggers, namespace=NS, epoch_hints=sim.epoch_hints)
         self.loggers = SimLoggerSet(loggers, sim, writer)
         self._bugs = bugs if bugs is not None and bugs.client_side else None
+        self._sim = sim
 
     def _choose_source(
         self, prepared: Mapping[str, PrepareRecoveryResponse]
     ) -> tuple[str, PrepareRecoveryResponse] | None:
+        self._sim.on_recovery_shape(prepared)
         return choose_recovery_source(prepared, bugs=self._bugs)
+
+    def _in_sync_copy(self, prepared: Mapping[str, PrepareRecoveryResponse]) -> SegmentState | None:
+        return in_sync_copy(prepared, self.loggers.size, bugs=self._bugs)

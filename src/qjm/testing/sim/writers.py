@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from qjm.client.loggers import WriterLife
 from qjm.client.quorum import BatchCall
-from qjm.testing.sim.choice import WriterPlan
+from qjm.testing.sim.choice import WriterPlan, WriterRole
 from qjm.testing.sim.transport import SimCondition, SimLogger, SimManager
 
 if TYPE_CHECKING:
@@ -54,6 +54,8 @@ class Task:
         self.outcome = ""
         self.waits = 0
         self.death_at = 0  # dies on entering its death_at-th wait (0: no planned death)
+        self.role: WriterRole | None = None  # its part in a shapes-profile scenario
+        self.op_waits: dict[str, int] = {}  # waits so far per kind of call
         self.recovered: int | None = None
         # program position, for the exhaustive search's state key
         self.pc = 0
@@ -108,4 +110,6 @@ class Task:
             self.cond.notified if self.cond is not None else None,
             self.waits if self.death_at else 0,
             self.death_at,
+            self.role,
+            tuple(sorted(self.op_waits.items())) if self.role is not None else (),
         )
