@@ -17,13 +17,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
+from qjm.client.data_link import DataLink
 from qjm.client.quorum import Deadline, Outcome, majority, tally
 from qjm.errors import InvariantViolation, QuorumError
-
-if TYPE_CHECKING:
-    from qjm.client.channel import _DataLink
 
 __all__ = ["Delivery", "LinkBatch", "NewsSource"]
 
@@ -41,7 +39,7 @@ class Delivery:
 
     __slots__ = ("error", "link")
 
-    def __init__(self, link: _DataLink | None = None, error: BaseException | None = None) -> None:
+    def __init__(self, link: DataLink | None = None, error: BaseException | None = None) -> None:
         self.link = link
         self.error = error
 

@@ -1,8 +1,9 @@
 """Fault hooks for tests, injected as objects (never globals).
 
 ``FaultPlan`` is a client-side ``CallHooks``: fail the n-th call of an operation to a node before
-it is sent, or declare the writer dead right after a node answered. ``ServerFaults`` is a node-side
-``JournalHooks``: fail or kill the node around the paxos commit point or before an append.
+it is sent, lose a node's reply to it, or declare the writer dead right after a node answered.
+``ServerFaults`` is a node-side ``JournalHooks``: fail or kill the node around the paxos commit
+point or before an append.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ class _Rule:
     node: str
     op: str
     call: int | None  # 1-based n-th call of (node, op); None: every call
-    kind: str  # "fail" | "crash"
+    kind: str  # "fail" | "lose" | "crash"
     fired: int = 0
 
 
@@ -37,11 +38,17 @@ class FaultPlan(CallHooks):
         self._follow: dict[str, str] = {}  # node → leader whose answer it waits for
         self._answered: dict[tuple[str, str], threading.Event] = {}
         self.calls: Counter[tuple[str, str]] = Counter()
+        self.replies: Counter[tuple[str, str]] = Counter()
         self.injected: list[tuple[str, str, int, str]] = []
 
     def fail_before(self, node: str, op: str = ANY, *, call: int | None = None) -> FaultPlan:
         """The matching call to ``node`` fails before anything is sent (the node never sees it)."""
         self._rules.append(_Rule(node, op, call, "fail"))
+        return self
+
+    def lose_reply(self, node: str, op: str = ANY, *, call: int | None = None) -> FaultPlan:
+        """The node does the matching call but its reply is lost (``call`` counts replies)."""
+        self._rules.append(_Rule(node, op, call, "lose"))
         return self
 
     def crash_after(self, node: str, op: str = ANY, *, call: int | None = None) -> FaultPlan:
@@ -84,6 +91,14 @@ class FaultPlan(CallHooks):
             hit = self._match(node, op, n, "fail")
         if hit:
             raise NodeUnavailableError(f"injected: {op} #{n} to {node} failed before sending")
+
+    def replied(self, node: str, op: str) -> None:
+        with self._lock:
+            self.replies[(node, op)] += 1
+            n = self.replies[(node, op)]
+            hit = self._match(node, op, n, "lose")
+        if hit:
+            raise NodeUnavailableError(f"injected: reply #{n} of {node} to {op} lost")
 
     def after(self, node: str, op: str) -> None:
         self._answered_event(node, op).set()
