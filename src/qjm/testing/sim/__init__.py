@@ -1,0 +1,64 @@
+"""Deterministic fault simulation of the real protocol code (design §7.3, Hadoop TestQJMWithFaults).
+
+What runs is the production code: ``Journal`` on ``MemoryStorage`` for every node, and
+``QuorumJournalManager`` with its ``QuorumCall`` waits and the pure recovery choice for every writer.
+Only the transport is simulated:
+
+* ``SimLogger`` implements the ``Logger`` protocol (the same methods as ``RemoteLogger``). A call
+  does not go anywhere: it is queued on the (writer, node) channel, FIFO like ``RemoteLogger``'s
+  single control executor and its ordered data link, and its ``Future`` completes when the
+  scheduler delivers it.
+* Each writer runs in its own thread, but only one thread ever runs at a time: a writer runs until
+  its ``QuorumCall`` has to wait, then hands control back to the scheduler (a baton passed with two
+  semaphores). The scheduler, driven by one ``Chooser`` (one seeded ``random.Random``), decides
+  everything else: which channel delivers next, which writer resumes, where faults strike. So one
+  seed is one execution, and replaying it gives the same trace.
+
+``QuorumCall`` waits in ``threading.Condition.wait``; the simulation gives each of its calls a
+condition whose ``wait`` yields to the scheduler, and a virtual clock, so no real time passes and
+no timeout fires (see ``SimQuorumCall``). The manager, the quorum logic and the Journal are not
+changed in any way.
+
+Faults, all drawn from the chooser: a call lost before delivery; a call executed whose reply is
+lost (the data link then breaks, as a TCP connection would); a node crash that keeps only what was
+fsynced (``MemoryStorage.crash``, torn tails included), also from inside a call at the paxos commit
+point or before an append, and a restart over the same storage; a failed segment download; a
+writer that dies while sending, or while waiting between any two phases; several writers that take
+over one after the other or interleave.
+
+After every step the invariants of design.md §3 are checked (``Checker``); a violation raises
+``SimViolation`` (an ``InvariantViolation``) carrying the seed and the trace of every call.
+
+The package, one module per part: ``choice`` (decisions, fault rates, workloads), ``nodes``,
+``transport`` (the simulated ``Logger`` and quorum waits), ``writers``, ``checker`` (the
+invariants) and ``simulation`` (the scheduler, ``run_seed`` and the seed searches).
+"""
+
+from qjm.testing.sim.checker import Checker, SimViolation
+from qjm.testing.sim.choice import NO_FAULTS, Chooser, FaultRates, RandomChooser, Workload, WriterPlan
+from qjm.testing.sim.nodes import JOURNAL_ID, NS
+from qjm.testing.sim.simulation import SimResult, Simulation, caused_by, run_seed, search_seeds, violation_category
+from qjm.testing.sim.transport import SimLogger, SimLoggerSet, SimManager, SimQuorumCall
+
+__all__ = [
+    "JOURNAL_ID",
+    "NO_FAULTS",
+    "NS",
+    "Checker",
+    "Chooser",
+    "FaultRates",
+    "RandomChooser",
+    "SimLogger",
+    "SimLoggerSet",
+    "SimManager",
+    "SimQuorumCall",
+    "SimResult",
+    "SimViolation",
+    "Simulation",
+    "Workload",
+    "WriterPlan",
+    "caused_by",
+    "run_seed",
+    "search_seeds",
+    "violation_category",
+]

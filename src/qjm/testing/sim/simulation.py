@@ -1,0 +1,797 @@
+"""One simulated execution (``Simulation``): the scheduler that passes the baton, fault injection,
+delivery of calls to the nodes, and the final fault-free recovery; ``run_seed`` and the seed
+searches over it.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import traceback
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from qjm._native import framing
+from qjm.client.shared import EpochHints
+from qjm.config import QJMConfig
+from qjm.errors import (
+    InvariantViolation,
+    NodeUnavailableError,
+    OutOfSyncError,
+    QJMError,
+    QuorumError,
+    WriterCrashedError,
+)
+from qjm.server.journal import COMMITTED, PROMISED, WRITER, Journal
+from qjm.testing.bugs import ProtocolBugs
+from qjm.testing.memstore import MemoryStorage
+from qjm.testing.sim.checker import Checker, SimViolation
+from qjm.testing.sim.choice import NO_FAULTS, Chooser, ChooserRandom, FaultRates, RandomChooser, Workload, WriterPlan
+from qjm.testing.sim.nodes import JOURNAL_ID, NS, Node, NodeCrash, SimHooks
+from qjm.testing.sim.transport import Msg, SimCondition, SimLogger, short
+from qjm.testing.sim.writers import Batch, Killed, Task
+
+__all__ = [
+    "SimResult",
+    "Simulation",
+    "caused_by",
+    "run_seed",
+    "search_seeds",
+    "violation_category",
+]
+
+
+_UNFENCED_OPS = ("is_formatted", "format", "get_journal_state", "get_edit_log_manifest", "get_journaled_edits")
+_BATON_TIMEOUT = 120.0  # a writer thread that never yields back is a harness bug, not a slow machine
+
+
+@dataclass
+class SimResult:
+    seed: int | None
+    ok: bool
+    violation: str | None
+    trace: list[str]
+    stats: dict[str, int]
+    pruned: bool = False
+
+
+class Simulation:
+    """One execution: nodes, writers, a scheduler, faults, and the invariant checks."""
+
+    def __init__(
+        self,
+        seed: int | None = None,
+        *,
+        steps: int = 400,
+        bugs: ProtocolBugs | None = None,
+        chooser: Chooser | None = None,
+        rates: FaultRates | None = None,
+        workload: Workload | None = None,
+        planned: Mapping[tuple[int, int, int], str] | None = None,
+        keep_trace: bool = True,
+        check_durable_ack: bool = True,
+    ) -> None:
+        self.seed = seed
+        self.max_steps = steps
+        self.bugs = bugs
+        self.rng = random.Random(seed)
+        self.chooser = chooser or RandomChooser(self.rng)
+        self.workload = workload or Workload()
+        self.planned = dict(planned or {})  # (writer, node, n-th call on that channel) → "fail" | "lost"
+        self.keep_trace = keep_trace
+        self.trace: list[str] = []
+        self.step = 0
+        self._time = 0.0
+        self.config = QJMConfig()
+        # Odd seeds: the writers share an epoch hint, as a standby in the old writer's process
+        # would; even seeds (and the exhaustive worlds): every writer asks the nodes first, as a
+        # new process does. Both paths stay under the search without an extra random draw.
+        self.epoch_hints = EpochHints(enabled=(seed or 0) % 2 == 1)
+        self.uri = "qjournal://" + ";".join(f"n{i}:1" for i in range(self.workload.nodes)) + "/" + JOURNAL_ID
+        self.nodes: list[Node] = []
+        for i in range(self.workload.nodes):
+            st = MemoryStorage(JOURNAL_ID)
+            self.nodes.append(Node(i, self.node_name(i), st, None))
+            self.nodes[i].journal = self._new_journal(i)
+        self.checker = Checker(self)
+        self.checker.check_durable_ack = check_durable_ack
+        self.tasks: list[Task] = []
+        self._back = threading.Semaphore(0)
+        self._current: Task | None = None
+        self._torn = ChooserRandom(self.chooser)
+        self.stats: dict[str, int] = {
+            "steps": 0, "deliveries": 0, "fail_before": 0, "reply_lost": 0, "node_crashes": 0, "crash_inside": 0,
+            "writer_kills": 0, "writer_crash_send": 0, "fetch_fail": 0, "writers": 0, "acked_txids": 0,
+            "recoveries": 0, "fenced": 0, "group_commits": 0, "partitions": 0, "invariant_replies": 0,
+        }  # fmt: skip
+        self._setup_rates(rates)
+        self._plans: list[WriterPlan] = []
+        self._interleaved = False
+        self._final = False
+        self._cut: set[tuple[int, int]] = set()  # (writer, node) channels that lose every call
+        self._slow: dict[tuple[int, int], float] = {}  # (writer, node) → delivery weight below 1
+        self.invariant_replies: list[str] = []  # nodes' InvariantViolation replies (see SimResult)
+        for w, n in self.workload.slow:
+            self._slow[(w, n)] = 0.1
+
+    # -- small services ------------------------------------------------------------------------
+
+    @staticmethod
+    def node_name(i: int) -> str:
+        return f"n{i}"
+
+    def clock(self) -> float:
+        return self._time
+
+    def note(self, line: str) -> None:
+        if self.keep_trace:
+            self.trace.append(f"{self.step:4d}  {line}")
+
+    def _setup_rates(self, rates: FaultRates | None) -> None:
+        """Swarm testing: each seed draws a profile, so calm, stormy and recovery-heavy runs all occur.
+
+        Most bugs need one or two faults; some (design §2.10.7, seed 004) need a chain of writers
+        that each die in a particular phase with a particular node lagging. The ``recovery`` profile
+        makes such chains likely: many short-lived writers, planned deaths, lagging nodes.
+        """
+        self.profile = "fixed"
+        if rates is not None:
+            self.rates = rates
+            return
+        r = self.chooser.choice(10, "profile")
+        if r == 0:
+            self.profile, self.rates = "calm", FaultRates().scaled(0.0)
+        elif r < 6:
+            self.profile = "mixed"
+            self.rates = FaultRates().scaled((0.5, 1.0, 1.0, 2.0, 3.0)[self.chooser.choice(5, "storm")])
+        else:
+            self.profile = "recovery"
+            self.rates = replace(FaultRates().scaled(0.5), death_point=0.8, slow_node=0.7)
+
+    def _new_journal(self, i: int) -> Journal:
+        bugs = self.bugs if self.bugs is not None and self.bugs.server_side else None
+        return Journal(self.nodes[i].storage, fetcher=self.fetch, clock=self.clock, hooks=SimHooks(self, i), bugs=bugs)
+
+    def fetch(self, source: str, journal_id: str, segment: int) -> bytes:
+        """accept_recovery's download from another node (a direct read of its Journal)."""
+        node = self.nodes[int(source[1:])]
+        if node.journal is None:
+            raise NodeUnavailableError(f"{source} is down: cannot download segment {segment}")
+        if self.chooser.chance(self.rates.fetch_fail, "fetch_fail"):
+            self.stats["fetch_fail"] += 1
+            raise NodeUnavailableError(f"injected: download of segment {segment} from {source} failed")
+        return node.journal.read_segment_file(segment)[0]
+
+    # -- baton -------------------------------------------------------------------------------
+
+    def block_current(self, cond: SimCondition) -> None:
+        """In a writer thread: give the baton to the scheduler until it resumes this writer."""
+        task = self._current
+        if task is None or threading.current_thread() is not task.thread:
+            raise RuntimeError("a simulated quorum wait outside a writer task")
+        task.waits += 1
+        if task.waits == task.death_at and not self._final:
+            self.stats["writer_kills"] += 1
+            task.life.crash("planned death")
+            self.note(f"w{task.wid} CRASHES (its planned death at wait {task.waits}) while {task.phase}")
+            self._drop_unsent(task)
+            raise Killed
+        task.state = "waiting"
+        task.cond = cond
+        cond.notified = False
+        self._back.release()
+        task.go.acquire()
+        task.state = "running"
+        if task.kill:
+            raise Killed
+
+    def baton_back(self) -> None:
+        self._back.release()
+
+    def _run_task(self, task: Task) -> None:
+        self._current = task
+        task.go.release()
+        if not self._back.acquire(timeout=_BATON_TIMEOUT):
+            raise RuntimeError(f"writer w{task.wid} did not yield within {_BATON_TIMEOUT}s")
+        self._current = None
+        if task.state == "done":
+            self._task_ended(task)
+
+    def _task_ended(self, task: Task) -> None:
+        e = task.error
+        if e is None:
+            self.note(f"w{task.wid} ended: {task.outcome}")
+            return
+        if isinstance(e, SimViolation):
+            raise e
+        if isinstance(e, InvariantViolation):
+            self.note(f"w{task.wid} hit InvariantViolation: {e}")
+            self.checker.fail(f"the protocol code raised InvariantViolation in w{task.wid}: {e}")
+        if isinstance(e, (QuorumError, WriterCrashedError)):
+            if isinstance(e, QuorumError) and e.fenced:
+                self.stats["fenced"] += 1
+            self.note(f"w{task.wid} ended: {type(e).__name__}: {e}")
+            return
+        tb = "".join(traceback.format_exception(e)).rstrip()
+        self.note(f"w{task.wid} crashed with an unexpected error:\n{tb}")
+        self.checker.fail(f"client code failed unexpectedly in w{task.wid}: {type(e).__name__}: {e}")
+
+    def _kill(self, task: Task, why: str) -> None:
+        task.life.crash(why)
+        task.kill = True
+        self.note(f"w{task.wid} CRASHES ({why}) while {task.phase}")
+        self._drop_unsent(task)
+        self._run_task(task)
+
+    def _drop_unsent(self, task: Task) -> None:
+        """A dead writer's calls still queued in its process die with it: per channel only a prefix
+        was already on the wire (and may still arrive); the rest is never sent."""
+        if self._final:
+            return
+        for lg in task.loggers:
+            if not lg.queue:
+                continue
+            keep = self.chooser.randint(0, len(lg.queue), "unsent")
+            dropped = list(lg.queue)[keep:]
+            for _ in dropped:
+                lg.queue.pop()
+            for m in dropped:
+                self.note(f"w{task.wid} -> {lg.name} {m.summary}: never sent (the writer died)")
+                m.fut.set_exception(WriterCrashedError(f"w{task.wid} died before sending {m.op}"))
+
+    # -- sending and delivering ----------------------------------------------------------------
+
+    def on_send(self, lg: SimLogger, op: str) -> None:
+        """Fault point when a writer sends: it may die partway through its fan-out."""
+        if not self._final and self.chooser.chance(self.rates.writer_crash_send, "writer_crash_send"):
+            self.stats["writer_crash_send"] += 1
+            lg.life.crash(f"died while sending {op} to {lg.name}")
+            self.note(f"w{lg.writer} CRASHES while sending {op} to {lg.name}")
+            for t in self.tasks:
+                if t.wid == lg.writer:
+                    self._drop_unsent(t)
+            lg.life.check()
+
+    def _fault_for(self, m: Msg) -> str:
+        planned = self.planned.get((m.logger.writer, m.logger.node, m.seq))
+        if planned is not None:
+            return planned
+        if self._final:
+            return "ok"
+        if (m.logger.writer, m.logger.node) in self._cut:
+            return "fail"
+        if self.chooser.chance(self.rates.fail_before, "fail_before"):
+            return "fail"
+        if self.chooser.chance(self.rates.reply_lost, "reply_lost"):
+            return "lost"
+        return "ok"
+
+    def deliver(self, lg: SimLogger) -> None:
+        m = lg.queue.popleft()
+        node = self.nodes[lg.node]
+        self.stats["deliveries"] += 1
+        if m.is_data:
+            self._deliver_data(lg, node, m)
+        else:
+            self._deliver_ctl(lg, node, m)
+        self.checker.check_node(node)
+
+    def _complete(self, m: Msg, node: Node, result: object = None, error: BaseException | None = None) -> None:
+        lg = m.logger
+        if error is None:
+            try:
+                lg.hooks.after(node.name, m.op)
+            except WriterCrashedError as e:
+                lg.life.crash(str(e))
+                error = e
+        if error is None:
+            m.fut.set_result(result)
+        else:
+            if m.on_fail is not None:
+                m.on_fail()
+            m.fut.set_exception(error)
+
+    def _deliver_ctl(self, lg: SimLogger, node: Node, m: Msg) -> None:
+        tag = f"{node.name} <- w{lg.writer} {m.summary}"
+        fault = self._fault_for(m)
+        j = node.journal
+        if j is None:
+            self.note(f"{tag} => node down")
+            self._complete(m, node, error=NodeUnavailableError(f"{node.name} is down"))
+            return
+        if fault == "fail":
+            self.stats["fail_before"] += 1
+            self.note(f"{tag} => LOST before delivery")
+            self._complete(m, node, error=NodeUnavailableError(f"injected: {m.op} to {node.name} lost"))
+            return
+        promised = node.storage.read_long(PROMISED) or 0
+        assert m.run is not None
+        try:
+            result = m.run(j)
+        except NodeCrash as c:
+            self.stats["crash_inside"] += 1
+            self._crash_node(node, f"inside {m.op} at {c}")
+            self.note(f"{tag} => node died")
+            self._complete(m, node, error=NodeUnavailableError(f"{node.name} died during {m.op}"))
+            return
+        except QJMError as e:
+            # An InvariantViolation reply is delivered like any error: the QuorumCall of a writer
+            # still waiting raises it at once (never outvoted), which ends the run as a violation.
+            self.note(f"{tag} => {type(e).__name__}: {e}")
+            if isinstance(e, InvariantViolation):
+                self.stats["invariant_replies"] += 1
+                self.invariant_replies.append(f"{node.name} {m.summary}: {e}")
+            self._complete(m, node, error=e)
+            return
+        except Exception as e:
+            self.note(f"{tag} => unexpected {type(e).__name__}: {e}\n{traceback.format_exc().rstrip()}")
+            self.checker.fail(f"{node.name} failed unexpectedly in {m.op}: {type(e).__name__}: {e}")
+            return
+        if m.op == "new_epoch":
+            self.checker.on_new_epoch(node, m.epoch, promised)
+        elif m.op not in _UNFENCED_OPS:
+            self.checker.on_request(node, m.op, lg.epoch, promised)
+        if fault == "lost":
+            self.stats["reply_lost"] += 1
+            self.note(f"{tag} => done, REPLY LOST ({short(result)})")
+            self._complete(m, node, error=NodeUnavailableError(f"injected: reply to {m.op} from {node.name} lost"))
+            return
+        self.note(f"{tag} => ok {short(result) if result is not None else ''}".rstrip())
+        self._complete(m, node, result)
+
+    def _deliver_data(self, lg: SimLogger, node: Node, m: Msg) -> None:
+        group = [m]
+        while (
+            lg.queue
+            and lg.queue[0].is_data
+            and lg.queue[0].gen == m.gen
+            and len(group) < 4
+            and self.chooser.chance(self.rates.group_commit, "group_commit")
+        ):
+            group.append(lg.queue.popleft())
+        if len(group) > 1:
+            self.stats["group_commits"] += 1
+        tag = f"{node.name} <- w{lg.writer} " + " + ".join(g.summary for g in group)
+        if lg.link_broken(m.gen):
+            self.note(f"{tag} => link already broken")
+            for g in group:
+                self._complete(g, node, error=OutOfSyncError(f"{node.name}: data link failed earlier"))
+            return
+        fault = self._fault_for(m)
+        j = node.journal
+        if j is None or fault == "fail":
+            if j is not None:
+                self.stats["fail_before"] += 1
+            self.note(f"{tag} => {'node down' if j is None else 'LOST before delivery'}; link breaks")
+            lg.link_failed(m.gen)
+            for g in group:
+                self._complete(g, node, error=NodeUnavailableError(f"{node.name}: data link lost"))
+            return
+        promised = node.storage.read_long(PROMISED) or 0
+        writer_epoch = node.storage.read_long(WRITER) or 0
+        seg_name = f"edits_inprogress_{m.segment:019d}"
+        size_before = len(node.storage.read_file(seg_name)) if seg_name in node.storage.file_names() else 0
+        error: BaseException | None = None
+        durable = 0
+        try:
+            durable = j.journal([g.frame for g in group])
+        except NodeCrash as c:
+            self.stats["crash_inside"] += 1
+            self._crash_node(node, f"inside journal at {c}")
+            self.note(f"{tag} => node died")
+            lg.link_failed(m.gen)
+            for g in group:
+                self._complete(g, node, error=NodeUnavailableError(f"{node.name} died"))
+            return
+        except InvariantViolation as e:
+            self.checker.fail(f"{node.name} raised InvariantViolation in journal: {e}")
+        except QJMError as e:
+            # data.py: the error carries the journal's durable txid, else the connection's last ack
+            durable = int(getattr(e, "durable_txid", lg.link_acked.get(m.gen, 0)))
+            error = e
+        except Exception as e:
+            self.note(f"{tag} => unexpected {type(e).__name__}: {e}\n{traceback.format_exc().rstrip()}")
+            self.checker.fail(f"{node.name} failed unexpectedly in journal: {type(e).__name__}: {e}")
+        # RemoteLogger completes every pending batch at or below the durable txid a node reports,
+        # also in an error reply: so does the simulation, and the checker looks at what that means.
+        ok = [g for g in group if error is None or g.last <= durable]
+        if ok:
+            lg.link_acked[m.gen] = max(lg.link_acked.get(m.gen, 0), durable)
+        if error is not None and ok:
+            self.note(f"{tag} => {type(error).__name__} reporting durable through {durable}: acks {len(ok)} frame(s)")
+        self.checker.on_frames(node, ok, promised, writer_epoch, size_before)
+        if error is None:
+            commits = [g.commit for g in group if g.commit is not None]
+            if commits:
+                try:
+                    j.note_committed(m.epoch, max(commits))
+                except QJMError as e:
+                    error = e  # the node closes the link after the acks it already sent
+        if fault == "lost":
+            self.stats["reply_lost"] += 1
+            self.note(f"{tag} => durable through {durable}, REPLY LOST; link breaks")
+            lg.link_failed(m.gen)
+            for g in group:
+                self._complete(g, node, error=NodeUnavailableError(f"{node.name}: ack lost"))
+            return
+        if error is not None:
+            self.note(f"{tag} => durable through {durable}, then {type(error).__name__}: {error}; link breaks")
+            lg.link_failed(m.gen)
+        else:
+            self.note(f"{tag} => durable through {durable}")
+        for g in group:
+            if g in ok:
+                self._complete(g, node, durable)
+            else:
+                self._complete(g, node, error=error)
+
+    # -- nodes -------------------------------------------------------------------------------
+
+    def _crash_node(self, node: Node, why: str) -> None:
+        before = {n: len(node.storage.read_file(n)) - node.storage.durable_size(n) for n in node.storage.file_names()}
+        node.storage.crash(self._torn)
+        node.journal = None
+        self.stats["node_crashes"] += 1
+        lost = sum(before.values())
+        self.note(f"{node.name} CRASHES ({why}); {lost} un-synced byte(s) at risk")
+        self.checker.check_node(node)
+
+    def _toggle_partition(self) -> None:
+        """Heal a cut channel, or cut one between a live writer and a node (both directions)."""
+        c = self.chooser
+        if self._cut and c.choice(2, "heal") == 0:
+            cut = sorted(self._cut)
+            w, n = cut[c.choice(len(cut), "which_cut")]
+            self._cut.discard((w, n))
+            self.note(f"partition between w{w} and n{n} heals")
+            return
+        chans = [(t.wid, i) for t in self._live() for i in range(len(self.nodes)) if (t.wid, i) not in self._cut]
+        if chans:
+            w, n = chans[c.choice(len(chans), "which_channel")]
+            self._cut.add((w, n))
+            self.stats["partitions"] += 1
+            self.note(f"PARTITION: w{w} cannot reach n{n}")
+
+    def _restart_node(self, node: Node) -> None:
+        try:
+            node.journal = self._new_journal(node.index)
+        except QJMError as e:
+            self.checker.fail(f"{node.name} cannot restart: {type(e).__name__}: {e}")
+        self.note(f"{node.name} restarts")
+        self.checker.check_node(node)
+
+    # -- writers -----------------------------------------------------------------------------
+
+    def _draw_plan(self, first: bool) -> WriterPlan:
+        c = self.chooser
+        ops: list[str] = []
+        for _ in range(c.choice(4 if self.profile == "recovery" else 6, "plan")):
+            r = c.choice(10, "plan")
+            if r < 6:
+                ops.append(f"b{1 + c.choice(3, 'plan')}")
+            elif r < 8:
+                ops.append("roll")
+            else:
+                ops.append("sync")
+        if c.choice(3, "plan") == 0:
+            ops.append("fin")
+        return WriterPlan(tuple(ops), pipeline=1 + c.choice(2, "plan"), format=False)
+
+    def _spawn(self, plan: WriterPlan, *, final: bool = False) -> Task:
+        wid = len(self.tasks) + 1
+        task = Task(self, wid, plan, final)
+        if not final and self.chooser.chance(self.rates.slow_node, "slow_node"):
+            n = self.chooser.choice(len(self.nodes), "which_node")
+            self._slow[(wid, n)] = 0.1
+            self.note(f"n{n} is slow to answer w{wid}")
+        if not final and self.chooser.chance(self.rates.death_point, "death_point"):
+            task.death_at = 1 + self.chooser.choice(8 if self.profile == "recovery" else 12, "death_at")
+        self.tasks.append(task)
+        self.stats["writers"] += 1
+        self.note(f"w{wid} starts{' (final recovery, no faults)' if final else ''}: plan {' '.join(plan.ops) or '-'}")
+        return task
+
+    def writer_body(self, task: Task) -> None:
+        """What a writer does (in its own thread, holding the baton): recover, then its plan."""
+        q = task.qjm
+        if task.plan.format:
+            task.phase = "format"
+            q.format()
+        task.phase = "recover"
+        last = q.recover_unfinalized_segments()
+        task.recovered = last
+        self.stats["recoveries"] += 1
+        if self.checker.after_recovery(task.wid, q.epoch, last):
+            self.note(f"w{task.wid} recovered: the log ends at {last}")
+        else:
+            self.note(f"w{task.wid} recovered to {last}, but a newer epoch was won meanwhile: it is stale")
+        if task.final:
+            return
+        task.segment = task.next_txid = last + 1
+        task.phase = "start"
+        q.start_log_segment(task.segment)
+        for pc, op in enumerate(task.plan.ops):
+            task.pc = pc + 1
+            task.phase = op
+            if op.startswith("b"):
+                self._send(task, int(op[1:]))
+                while len(task.inflight) > task.plan.pipeline:
+                    self._reap(task)
+            elif op == "sync":
+                self._sync(task)
+            elif op in ("roll", "fin"):
+                self._sync(task)
+                if task.next_txid > task.segment:
+                    q.finalize_log_segment(task.segment, task.next_txid - 1)
+                    self.note(f"w{task.wid} finalized {task.segment}-{task.next_txid - 1}")
+                    if op == "fin":
+                        return
+                    task.phase = "start"
+                    q.start_log_segment(task.next_txid)
+                    task.segment = task.next_txid
+        task.phase = "sync"
+        self._sync(task)
+
+    def _send(self, task: Task, n: int) -> None:
+        first = task.next_txid
+        records = [
+            b"w%d-e%d-t%d-%s" % (task.wid, task.qjm.epoch, t, b"%04x" % self.chooser.randint(0, 0xFFFF, "payload"))
+            for t in range(first, first + n)
+        ]
+        frame = framing.encode_frame(records, epoch=task.qjm.epoch, segment_txid=task.segment, first_txid=first)
+        call = task.qjm.send_batch(frame, first, first + n - 1)
+        task.inflight.append(Batch(first, first + n - 1, records, call))
+        task.next_txid += n
+
+    def _reap(self, task: Task) -> None:
+        b = task.inflight[0]
+        b.call.wait_for_write_quorum(self.config.timeouts.write_txns, f"journal({b.first}-{b.last})")
+        task.inflight.popleft()
+        self.note(f"w{task.wid} ACKED txids {b.first}-{b.last}")
+        self.stats["acked_txids"] += b.last - b.first + 1
+        self.checker.on_acked(task.wid, b.first, b.records)
+        if b.last > task.qjm.committed_txid:
+            task.qjm.set_committed_txid(b.last)
+
+    def _sync(self, task: Task) -> None:
+        while task.inflight:
+            self._reap(task)
+
+    # -- the scheduler -----------------------------------------------------------------------
+
+    def _live(self) -> list[Task]:
+        return [t for t in self.tasks if t.state != "done"]
+
+    def _channels(self) -> list[SimLogger]:
+        """Channels with calls in flight, in the default schedule's order (slow ones last)."""
+        chans = [lg for t in self.tasks for lg in t.loggers if lg.queue]
+        sign = -1 if self.workload.newest_first else 1
+        chans.sort(key=lambda lg: ((lg.writer, lg.node) in self._slow, sign * lg.writer, lg.node))
+        return chans
+
+    def state_key(self) -> object:
+        """Everything the rest of a run depends on (for pruning in the exhaustive search)."""
+        nodes = []
+        for n in self.nodes:
+            st = n.storage
+            files = tuple((name, st.read_file(name), st.durable_size(name)) for name in st.file_names())
+            longs = tuple(st.read_long(k) for k in (PROMISED, WRITER, COMMITTED))
+            durable = tuple(sorted(getattr(st, "_durable_longs", {}).items()))
+            paxos = tuple((p, st.read_paxos(p)) for p in st.list_paxos())
+            j = n.journal
+            jk = None
+            if j is not None:
+                o = j._open
+                jk = (j._promised, j._writer_epoch, j._committed, j._serial, j._highest_written,
+                      None if o is None else (o.start, o.next_txid))  # fmt: skip
+            nodes.append((files, longs, durable, paxos, jk))
+        chans = tuple(lg.state_key() for t in self.tasks for lg in t.loggers)
+        tasks = tuple(t.state_key() for t in self.tasks)
+        return (
+            tuple(nodes), chans, tasks, self.checker.state_key(), len(self._plans), tuple(sorted(self._cut)),
+            self.epoch_hints.snapshot(),
+        )  # fmt: skip
+
+    def run(self) -> SimResult:
+        """Run to the end: the workload under faults, then a final fault-free recovery and checks."""
+        violation: SimViolation | None = None
+        pruned = False
+        try:
+            self._begin()
+            while self.step < self.max_steps and not self._idle():
+                if not self.chooser.at_state(self.state_key):
+                    pruned = True
+                    break
+                self._step()
+            if not pruned:
+                self._finish()
+        except SimViolation as v:
+            violation = v
+        finally:
+            self._shutdown()
+        self.stats["steps"] = self.step
+        return SimResult(
+            self.seed,
+            violation is None,
+            None if violation is None else violation.message,
+            self.trace if violation is None else violation.trace,
+            dict(self.stats),
+            pruned,
+        )
+
+    def _begin(self) -> None:
+        w = self.workload
+        if w.format_in_setup:
+            for n in self.nodes:
+                assert n.journal is not None
+                n.journal.format(NS)
+            self.note(f"setup: formatted {len(self.nodes)} nodes")
+        if w.plans is not None:
+            self._plans = list(w.plans)
+        else:
+            count = (3 if self.profile == "recovery" else 2) + self.chooser.choice(3, "writers")
+            self._plans = [self._draw_plan(i == 0) for i in range(count)]
+        self._interleaved = w.interleaved if w.interleaved is not None else self.chooser.choice(2, "mode") == 1
+        how = "interleaved" if self._interleaved else "one after another"
+        self.note(f"profile {self.profile}: {len(self._plans)} writers, {how}")
+        self._run_task(self._spawn(self._plans.pop(0)))
+        self._settle()
+
+    def _idle(self) -> bool:
+        return not self._plans and not self._live()
+
+    def _settle(self) -> None:
+        """Let every writer whose quorum call changed look at it, at once.
+
+        Eager resumption loses no execution: a writer only appends to its FIFO channels, so
+        sending earlier leaves every later delivery order possible (and keeps the search small).
+        """
+        progress = True
+        while progress:
+            progress = False
+            for t in self._live():
+                if t.runnable and t.state != "new":
+                    self._run_task(t)
+                    progress = True
+
+    def _step(self) -> None:
+        self._step_once()
+        self._settle()
+
+    def _step_once(self) -> None:
+        self.step += 1
+        self._time += 0.001
+        c = self.chooser
+        for n in self.nodes:
+            if n.journal is None and c.chance(self.rates.node_restart, "node_restart"):
+                self._restart_node(n)
+                return
+        if c.chance(self.rates.partition, "partition"):
+            self._toggle_partition()
+            return
+        up = [n for n in self.nodes if n.journal is not None]
+        if up and c.chance(self.rates.node_crash, "node_crash"):
+            self._crash_node(up[c.choice(len(up), "which_node")], "power cut")
+            return
+        for t in self._live():
+            if t.state == "waiting" and c.chance(self.rates.writer_kill, "writer_kill"):
+                self.stats["writer_kills"] += 1
+                self._kill(t, "killed by the scheduler")
+                return
+        actions: list[Callable[[], None]] = []
+        weights: list[float] = []
+        for lg in self._channels():
+            actions.append(lambda lg=lg: self.deliver(lg))  # type: ignore[misc]
+            weights.append(self._slow.get((lg.writer, lg.node), 1.0))
+        if self._plans and (self._interleaved or not self._live()):
+            actions.append(lambda: self._run_task(self._spawn(self._plans.pop(0))))
+            weights.append(1.0)
+        if not actions:
+            if all(n.journal is not None for n in self.nodes):
+                waiting = ", ".join(f"w{t.wid} in {t.phase}" for t in self._live())
+                self.checker.fail(f"deadlock: {waiting} wait(s) but no call is in flight")
+            return  # only a restart can make progress
+        actions[c.pick(weights, "action")]()
+
+    def _finish(self) -> None:
+        """Heal everything, let in-flight calls land, then a fresh writer recovers; check it all."""
+        self._final = True
+        self.rates = NO_FAULTS
+        self.chooser = RandomChooser(random.Random(self.seed if self.seed is not None else 0))
+        self._torn = ChooserRandom(self.chooser)
+        self._plans = []
+        for t in self._live():
+            if t.state == "waiting":
+                self._kill(t, "end of the run")
+        for t in self._live():  # never started
+            self._kill(t, "end of the run")
+        for n in self.nodes:
+            if n.journal is None:
+                self._restart_node(n)
+        while chans := self._channels():
+            self.step += 1
+            self.deliver(chans[self.chooser.choice(len(chans), "drain")])
+        formatted = sum(1 for n in self.nodes if n.storage.read_namespace() is not None)
+        final = self._spawn(WriterPlan(()), final=True)
+        self._run_task(final)
+        while self._live():
+            chans = self._channels()
+            if not chans:
+                self.checker.fail("deadlock in the final recovery")
+            self.step += 1
+            self.deliver(chans[self.chooser.choice(len(chans), "final")])
+            self._settle()
+        if final.recovered is None:
+            if formatted < self.checker.majority and not self.checker.acked:
+                self.note("final recovery impossible: the journal was never formatted on a majority")
+                return
+            self.checker.fail(f"liveness: with every node up and no faults, the final recovery failed ({final.error})")
+        for n in self.nodes:
+            self.checker.check_node(n)
+
+    def _shutdown(self) -> None:
+        """Unwind every writer thread still parked (also after a violation)."""
+        self._final = True
+        for t in self.tasks:
+            if t.state != "done":
+                t.kill = True
+                t.life.crash("simulation over")
+                self._current = t
+                t.go.release()
+                self._back.acquire(timeout=_BATON_TIMEOUT)
+                self._current = None
+        for t in self.tasks:
+            t.thread.join(timeout=_BATON_TIMEOUT)
+
+
+def run_seed(
+    seed: int,
+    *,
+    steps: int = 400,
+    bugs: ProtocolBugs | None = None,
+    keep_trace: bool = False,
+    check_durable_ack: bool = True,
+    workload: Workload | None = None,
+    rates: FaultRates | None = None,
+) -> SimResult:
+    """Run one seed. Without ``keep_trace`` a failing seed is run again to record its trace."""
+    res = Simulation(
+        seed, steps=steps, bugs=bugs, keep_trace=keep_trace, check_durable_ack=check_durable_ack,
+        workload=workload, rates=rates,
+    ).run()  # fmt: skip
+    if not res.ok and not keep_trace:
+        again = Simulation(
+            seed, steps=steps, bugs=bugs, keep_trace=True, check_durable_ack=check_durable_ack,
+            workload=workload, rates=rates,
+        ).run()  # fmt: skip
+        if again.violation != res.violation:
+            raise RuntimeError(f"seed {seed} is not deterministic: {res.violation!r} then {again.violation!r}")
+        return again
+    return res
+
+
+def violation_category(violation: str | None) -> str:
+    """``"invariant 4 (fencing)"`` of ``"invariant 4 (fencing): n1 acknowledged ..."``."""
+    return (violation or "").split(":", 1)[0]
+
+
+def caused_by(bugs: ProtocolBugs, seed: int, result: SimResult, **kw: Any) -> bool:
+    """Is ``result`` (a violation with ``bugs``) the switch's doing? The same seed must pass without
+    it, or break a different invariant (another, real bug may also live on that seed)."""
+    clean = run_seed(seed, **kw)
+    return clean.ok or violation_category(clean.violation) != violation_category(result.violation)
+
+
+def search_seeds(
+    seeds: Iterable[int], *, bugs: ProtocolBugs | None = None, differential: bool = True, **kw: Any
+) -> tuple[int, SimResult] | None:
+    """The first seed whose run violates an invariant (with ``bugs``: one the switch caused)."""
+    for seed in seeds:
+        r = run_seed(seed, bugs=bugs, **kw)
+        if r.ok:
+            continue
+        if bugs is not None and differential and not caused_by(bugs, seed, r, **kw):
+            continue
+        return seed, r
+    return None

@@ -1,0 +1,111 @@
+"""Simulated writers: each a thread (``Task``) that runs only while it holds the scheduler's baton,
+with its batches in flight (``Batch``); ``Killed`` unwinds one the scheduler declared dead.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from qjm.client.loggers import WriterLife
+from qjm.client.quorum import BatchCall
+from qjm.testing.sim.choice import WriterPlan
+from qjm.testing.sim.transport import SimCondition, SimLogger, SimManager
+
+if TYPE_CHECKING:
+    from qjm.testing.sim.simulation import Simulation
+
+__all__ = [
+    "Batch",
+    "Killed",
+    "Task",
+]
+
+
+class Killed(BaseException):
+    """Unwinds a writer thread the scheduler declared dead (not an Exception: nothing catches it)."""
+
+
+@dataclass
+class Batch:
+    """A batch a writer sent and has not yet seen acknowledged by a quorum."""
+
+    first: int
+    last: int
+    records: list[bytes]
+    call: BatchCall
+
+
+class Task:
+    """A writer thread that only runs while it holds the baton."""
+
+    def __init__(self, sim: Simulation, wid: int, plan: WriterPlan, final: bool = False) -> None:
+        self.sim = sim
+        self.wid = wid
+        self.plan = plan
+        self.final = final
+        self.go = threading.Semaphore(0)
+        self.state = "new"  # new | running | waiting | done
+        self.kill = False
+        self.cond: SimCondition | None = None
+        self.error: BaseException | None = None
+        self.outcome = ""
+        self.waits = 0
+        self.death_at = 0  # dies on entering its death_at-th wait (0: no planned death)
+        self.recovered: int | None = None
+        # program position, for the exhaustive search's state key
+        self.pc = 0
+        self.phase = "spawn"
+        self.segment = 0
+        self.next_txid = 0
+        self.inflight: deque[Batch] = deque()
+        self.life = WriterLife()
+        self.loggers = [SimLogger(sim, wid, i, self.life) for i in range(len(sim.nodes))]
+        self.qjm = SimManager(sim, wid, self.loggers, sim.bugs)
+        self.thread = threading.Thread(target=self._main, name=f"qjm-sim-w{wid}", daemon=True)
+        self.thread.start()
+
+    def _main(self) -> None:
+        self.go.acquire()
+        try:
+            if self.kill:
+                raise Killed
+            self.state = "running"
+            self.sim.writer_body(self)
+            self.outcome = "done"
+        except Killed:
+            self.outcome = "killed"
+        except BaseException as e:
+            self.error = e
+        finally:
+            self.state = "done"
+            self.sim.baton_back()
+
+    @property
+    def runnable(self) -> bool:
+        if self.state == "new":
+            return True
+        return self.state == "waiting" and self.cond is not None and self.cond.notified and self.cond.owner.can_return()
+
+    def state_key(self) -> tuple[object, ...]:
+        q = self.qjm
+        call = self.cond.owner.state_key() if self.cond is not None and self.state == "waiting" else None
+        return (
+            self.wid,
+            self.state,
+            self.pc,
+            self.phase,
+            self.segment,
+            self.next_txid,
+            tuple((b.first, b.last) for b in self.inflight),
+            q.epoch,
+            q.active,
+            q.committed_txid,
+            self.life.crashed,
+            call,
+            self.cond.notified if self.cond is not None else None,
+            self.waits if self.death_at else 0,
+            self.death_at,
+        )
