@@ -289,8 +289,6 @@ class Simulation:
         if error is None:
             m.fut.set_result(result)
         else:
-            if m.on_fail is not None:
-                m.on_fail()
             m.fut.set_exception(error)
 
     def _deliver_ctl(self, lg: SimLogger, node: Node, m: Msg) -> None:
@@ -365,9 +363,10 @@ class Simulation:
             if j is not None:
                 self.stats["fail_before"] += 1
             self.note(f"{tag} => {'node down' if j is None else 'LOST before delivery'}; link breaks")
-            lg.link_failed(m.gen)
+            lost = NodeUnavailableError(f"{node.name}: data link lost")
+            lg.link_failed(m.gen, lost)
             for g in group:
-                self._complete(g, node, error=NodeUnavailableError(f"{node.name}: data link lost"))
+                self._complete(g, node, error=lost)
             return
         promised = node.storage.read_long(PROMISED) or 0
         writer_epoch = node.storage.read_long(WRITER) or 0
@@ -383,9 +382,10 @@ class Simulation:
             self.stats["crash_inside"] += 1
             self._crash_node(node, f"inside journal at {c}")
             self.note(f"{tag} => node died")
-            lg.link_failed(m.gen)
+            died = NodeUnavailableError(f"{node.name} died")
+            lg.link_failed(m.gen, died)
             for g in group:
-                self._complete(g, node, error=NodeUnavailableError(f"{node.name} died"))
+                self._complete(g, node, error=died)
             return
         except InvariantViolation as e:
             self.checker.fail(f"{node.name} raised InvariantViolation in journal: {e}")
@@ -407,13 +407,14 @@ class Simulation:
         if fault == "lost":
             self.stats["reply_lost"] += 1
             self.note(f"{tag} => durable through {durable}, REPLY LOST; link breaks")
-            lg.link_failed(m.gen)
+            ack_lost = NodeUnavailableError(f"{node.name}: ack lost")
+            lg.link_failed(m.gen, ack_lost)
             for g in group:
-                self._complete(g, node, error=NodeUnavailableError(f"{node.name}: ack lost"))
+                self._complete(g, node, error=ack_lost)
             return
         if error is not None:
             self.note(f"{tag} => durable through {durable}, then {type(error).__name__}: {error}; link breaks")
-            lg.link_failed(m.gen)
+            lg.link_failed(m.gen, error)
         else:
             self.note(f"{tag} => durable through {durable}")
         for g in group:
