@@ -186,13 +186,13 @@ class RemoteLogger:
             self._state.acked(link.acked_txid())
         return self._state.highest_acked
 
+    # The writer's thread alone sets these (once per epoch, once per commit); the other threads
+    # read plain ints, so no lock is taken on the commit path.
     def set_epoch(self, epoch: int) -> None:
-        with self._lock:
-            self._state.set_epoch(epoch)
+        self._state.set_epoch(epoch)
 
     def set_committed_txid(self, txid: int) -> None:
-        with self._lock:
-            self._state.set_committed(txid)
+        self._state.set_committed(txid)
 
     # -- plumbing ----------------------------------------------------------------------------
 

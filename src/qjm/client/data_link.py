@@ -27,11 +27,8 @@ class DataLink(Protocol):
     """One node's data-plane connection for one segment."""
 
     name: str
-
-    @property
-    def failed(self) -> BaseException | None:
-        """Why the link ended, once it has."""
-        ...
+    failed: BaseException | None
+    """Why the link ended, once it has (read for every batch counted: a plain attribute)."""
 
     def send(self, frame: bytes, last_txid: int, fut: Future[int], commit: CommitNotice | None) -> None:
         """Send a batch; ``fut`` resolves to the node's cumulative ack covering it, or fails."""
@@ -70,6 +67,7 @@ LinkFailed = Callable[[DataLink, BaseException], None]
 
 
 def encode_commit(commit: CommitNotice | None) -> bytes | None:
+    """The COMMIT message for a notice (None: no notice to send)."""
     return None if commit is None else wire.encode_commit(*commit)
 
 

@@ -125,6 +125,7 @@ class FanoutLink:
         self._batches = PendingBatches()  # loud links: a future per batch
         self._lock = self._batches.lock
         self._on_fail = on_fail
+        self.failed: BaseException | None = None  # set with the PendingBatches' failure
         self.closed = False
         self._max_count = max_count
         self._last_sent = 0  # quiet links: the newest batch handed to the engine
@@ -137,10 +138,6 @@ class FanoutLink:
             self._sock.close()
             raise
 
-    @property
-    def failed(self) -> BaseException | None:
-        return self._batches.failed
-
     def send(self, frame: bytes, last_txid: int, fut: Future[int], commit: CommitNotice | None) -> None:
         with self._lock:
             if not self._batches.add(last_txid, fut, len(frame)):
@@ -152,10 +149,11 @@ class FanoutLink:
     def send_untracked(self, frame: bytes, last_txid: int, commit: CommitNotice | None) -> None:
         """Send a batch on a quiet link: its outcome is read from ``acked_txid`` and ``failed``."""
         with self._lock:
-            if self._batches.failed is not None:
+            if self.failed is not None:
                 return
             self._last_sent = last_txid
-            self._engine.fanout.send(self._id, frame, last_txid, encode_commit(commit))
+            notice = None if commit is None else wire.encode_commit(*commit)
+            self._engine.fanout.send(self._id, frame, last_txid, notice)
 
     def acked_txid(self) -> int:
         """Highest txid this node has acknowledged as durable on this link, even after it failed."""
@@ -181,7 +179,7 @@ class FanoutLink:
         while True:
             seen = fanout.news()
             with self._lock:
-                if self._batches.failed is not None or self._id < 0:
+                if self.failed is not None or self._id < 0:
                     return
                 frames, queued = fanout.inflight(self._id)
                 now_acked = int(fanout.acked(self._id))
@@ -202,7 +200,7 @@ class FanoutLink:
         deadline = time.monotonic() + timeout
         while True:
             seen = fanout.news()
-            if self._batches.failed is not None or self.acked_txid() >= self._last_sent:
+            if self.failed is not None or self.acked_txid() >= self._last_sent:
                 return
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -213,6 +211,7 @@ class FanoutLink:
         """End the link: its pending batches fail with ``e``; it leaves the engine."""
         if not self._batches.fail(e):
             return
+        self.failed = e
         self.closed = True
         self._release()
         self._on_fail(self, e)

@@ -84,6 +84,8 @@ class NodeState(Generic[P]):
         self.fenced: FencedError | None = None  # what put the node out of sync, when it was fencing
         self.highest_acked = 0
         self._starting: dict[int, list[Held[P]]] = {}  # segment whose start is queued or running → batches
+        self.starting = False
+        """A start is queued or running: batches wait for it (read once per batch: a plain attribute)."""
         self.backlog_bytes = 0
 
     # -- epoch, serials, committed txid -------------------------------------------------------
@@ -136,14 +138,10 @@ class NodeState(Generic[P]):
 
     # -- segment starts ----------------------------------------------------------------------
 
-    @property
-    def starting(self) -> bool:
-        """A start is queued or running: batches wait for it."""
-        return bool(self._starting)
-
     def start_begun(self, txid: int) -> None:
         """From now on batches belong to segment ``txid``."""
         self._starting[txid] = []
+        self.starting = True
 
     def start_succeeded(self, txid: int) -> list[Held[P]] | None:
         """The node started ``txid``: it is back in sync (reference §3.2); the backlog to send now.
@@ -172,6 +170,7 @@ class NodeState(Generic[P]):
 
     def _take(self, txid: int) -> list[Held[P]]:
         backlog = self._starting.pop(txid, [])
+        self.starting = bool(self._starting)
         self.backlog_bytes -= sum(len(h.frame) for h in backlog)
         return backlog
 
@@ -184,14 +183,14 @@ class NodeState(Generic[P]):
         itself). A node that would pass the queue limit is dropped, as Hadoop drops it (HDFS-14693),
         whether the bytes sit on the link or in the backlog of a segment it is starting.
         """
-        if self.out_of_sync and not self._starting:  # a pending start may bring the node back
+        if self.out_of_sync and not self.starting:  # a pending start may bring the node back
             return Refusal(self.not_in_sync(), [], False)
         limit = self.queue_limit
         if in_flight > 0 and in_flight + nbytes > limit:
             return self._too_far(
                 f"{self.name}: {in_flight} bytes unacknowledged; a batch of {nbytes} would pass the limit of {limit}"
             )
-        if self._starting:
+        if self.starting:
             if self.backlog_bytes > 0 and self.backlog_bytes + nbytes > limit:
                 return self._too_far(
                     f"{self.name}: {self.backlog_bytes} bytes kept while the node starts segment "

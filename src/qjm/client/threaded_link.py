@@ -34,16 +34,13 @@ class ThreadedLink:
         self._q: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         self._batches = PendingBatches()
         self._on_fail = on_fail
+        self.failed: BaseException | None = None  # set with the PendingBatches' failure
         self.closed = False
         self._q.put(wire.encode_hello(journal_id))
         self._sender = threading.Thread(target=self._send_loop, name=f"qjm-send-{name}", daemon=True)
         self._receiver = threading.Thread(target=self._recv_loop, name=f"qjm-recv-{name}", daemon=True)
         self._sender.start()
         self._receiver.start()
-
-    @property
-    def failed(self) -> BaseException | None:
-        return self._batches.failed
 
     def send(self, frame: bytes, last_txid: int, fut: Future[int], commit: CommitNotice | None) -> None:
         with self._batches.lock:
@@ -105,6 +102,7 @@ class ThreadedLink:
 
     def _fail(self, e: BaseException) -> None:
         if self._batches.fail(e):
+            self.failed = e
             self.closed = True
             self._release()
             self._on_fail(self, e)
