@@ -4,12 +4,22 @@ PIP := $(PY) -m pip
 PYTEST := $(PY) -m pytest
 SRC := $(wildcard src/qjm tests bench examples setup.py)
 
-.PHONY: demo test install system-deps compile test-native test-py lint typecheck stubtest bench bench-smoke bench-peers proto wheel clean
+.PHONY: demo test check install system-deps compile test-native test-py lint typecheck stubtest bench bench-smoke bench-peers proto wheel clean
 
 demo: install
 	$(PY) -m qjm demo
 
 test: install lint typecheck test-native test-py bench-smoke
+
+# The development loop, in under 3 minutes on 2 cores (nothing is installed: `make compile` after a
+# .pyx change): lint, mypy (stubtest is `make typecheck`'s), the unit tests on the compiled modules,
+# two integration files on real nodes and a sample of the fault search's seeds. `make test` is whole.
+CHECK_SEEDS ?= 0:200
+CHECK_INTEGRATION := tests/integration/test_cli.py tests/integration/test_server_faults.py
+check: lint
+	$(PY) -m mypy
+	QJM_REQUIRE_NATIVE=1 $(PYTEST) -q -x tests/unit $(CHECK_INTEGRATION) --ignore=tests/unit/test_stubs.py
+	$(PY) -m qjm faultsim --local --seeds $(CHECK_SEEDS)
 
 system-deps:
 	./scripts/install-system-deps.sh

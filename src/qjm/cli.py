@@ -1,4 +1,14 @@
-"""The ``qjm`` command: run a JournalNode, format, inspect and tail journals, try it out locally."""
+"""The operator's ``qjm`` commands: run a JournalNode, format, inspect and tail journals, dump segments.
+
+These commands work on real nodes and journal files. The ones that start clusters or simulations of
+their own (``cluster up``, ``demo``, ``bench``, ``sim``, ``faultsim``, ``chaos``) are
+``qjm.testing.cli``'s, and ``qjm.__main__`` builds the ``qjm`` command from both sides, each adding
+its subcommands with its ``register``. The split is a module boundary rather than harness imports
+deferred into function bodies because it reads better: this file's imports say all an operator's
+command depends on, and what a node started by ``qjm journalnode`` can do is what it shows here --
+it has no fault option, no hook but the protocol's own. Fault injection reaches a node only through
+the harness: ``qjm.testing.node`` serves one the way ``serve_node`` does, with ``ServerFaults``.
+"""
 
 from __future__ import annotations
 
@@ -6,78 +16,146 @@ import argparse
 import json
 import logging
 import os
+import shlex
 import signal
 import sys
+import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NoReturn
 
-from qjm.errors import QJMError
+from qjm._native import framing
+from qjm._version import __version__
+from qjm.client.manager import QuorumJournalManager
+from qjm.client.reader import open_reader
+from qjm.config import URI_SYNTAX, QJMConfig
+from qjm.errors import ConfigError, NodeUnavailableError, QJMError, StorageError
+from qjm.logs import FORMATS, LEVELS, configure_logging
+from qjm.protocol.frame import SEGMENT_HEADER_SIZE
+from qjm.server.journal import JournalHooks
+from qjm.server.node import JournalNode
+from qjm.settings import (
+    CONFIG_ENV,
+    HADOOP_CONF_ENV,
+    NODE_KEYS,
+    client_settings,
+    flag_name,
+    gather,
+    metavar,
+    node_settings,
+)
+from qjm.status import UNKNOWN, format_status_table, node_health
+
+AddCommand = Callable[..., argparse.ArgumentParser]
+"""``add_parser`` of the ``qjm`` command's subcommands: ``add(name, help=...)`` returns its parser."""
+Register = Callable[[AddCommand], None]
+
+log = logging.getLogger("qjm.cli")
 
 
-def _journalnode(a: argparse.Namespace) -> int:
-    from qjm.server.node import JournalNode
-    from qjm.testing.faults import ServerFaults
+def add_node_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of a JournalNode process; each also reads QJM_<OPTION> and [journalnode] of --config."""
+    for key, (_, text) in NODE_KEYS.items():
+        if key == "http_address":
+            continue  # Hadoop's combined form, for files; the flags are --http-bind and --http-port
+        names = [flag_name(key), "--host"] if key == "bind" else [flag_name(key)]
+        p.add_argument(*names, dest=key, default=None, metavar=metavar(key), help=text)
+    _add_settings_args(p)
+    p.add_argument("--ready-line", action="store_true", help="print READY ... on stdout once serving")
 
-    hooks = ServerFaults.parse(a.fault) if a.fault else None
-    node = JournalNode(a.data_dir, host=a.host, rpc_port=a.rpc_port, data_port=a.data_port, hooks=hooks).start()
+
+def serve_node(a: argparse.Namespace, hooks: JournalHooks | None = None) -> int:
+    """Serve a JournalNode with the options of ``add_node_arguments`` until SIGTERM or SIGINT."""
+    flags = {key: getattr(a, key, None) for key in NODE_KEYS}
+    st = node_settings(
+        gather("journalnode", flags=flags, config_path=a.config, hadoop_conf=a.hadoop_conf, env=os.environ)
+    )
+    logging.getLogger("qjm").info("settings: %s", ", ".join(f"{k} from {where}" for k, where in st.origins))
+    _check_data_dir(st.data_dir)
+    log.info("starting JournalNode %s (pid %d) on %s", __version__, os.getpid(), st.data_dir)
+    node = JournalNode(
+        st.data_dir, host=st.rpc_bind, rpc_port=st.rpc_port, data_host=st.data_bind, data_port=st.data_port,
+        rpc_advertise=st.rpc_advertise, data_advertise=st.data_advertise, hooks=hooks,
+        http_host=st.http_bind, http_port=st.http_port,
+    ).start()  # fmt: skip
     done = threading.Event()
+    got: list[str] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        got.append(signal.Signals(signum).name)
+        done.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: done.set())
-    msg = f"READY rpc={node.rpc_address} data={node.data_address}"
+        signal.signal(sig, on_signal)
+    msg = (
+        f"READY rpc={node.rpc_bind_address} data={node.data_bind_address} "
+        f"advertised rpc={node.rpc_address} data={node.data_address} http={node.http_address}"
+    )
+    log.info("%s", msg)
     if a.ready_line:
         print(msg, flush=True)
-    else:
-        logging.getLogger("qjm").info(msg)
     done.wait()
+    log.info("received %s: shutting down", got[0] if got else "a signal")
     node.stop(grace=1.0)
+    log.info("JournalNode stopped")
     return 0
 
 
-def _format(a: argparse.Namespace) -> int:
-    from qjm.client.manager import QuorumJournalManager
+def _check_data_dir(path: str) -> None:
+    """Refuse a data directory the node could not write, at start rather than at the first write."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".qjm-probe-"):
+            pass
+    except OSError as e:
+        raise StorageError(f"cannot use data directory {path}: {e.strerror or e}") from None
 
-    with QuorumJournalManager(a.uri) as m:
+
+def _client(a: argparse.Namespace) -> tuple[str, QJMConfig]:
+    """The URI and client settings of a command: its URI argument over QJM_URI, --config and --hadoop-conf."""
+    st = client_settings(
+        gather("client", flags={"uri": a.uri}, config_path=a.config, hadoop_conf=a.hadoop_conf, env=os.environ)
+    )
+    if st.uri is None:
+        raise ConfigError(
+            f"no journal URI: give it as an argument, QJM_URI, or uri in [client] of --config ({URI_SYNTAX})"
+        )
+    return st.uri, st.config
+
+
+def _format(a: argparse.Namespace) -> int:
+    uri, config = _client(a)
+    with QuorumJournalManager(uri, config=config) as m:
         m.format(force=a.force)
-    print(f"formatted {a.uri}")
+    print(f"formatted {uri}")
     return 0
 
 
 def _status(a: argparse.Namespace) -> int:
-    from qjm.client.manager import QuorumJournalManager
-
-    with QuorumJournalManager(a.uri) as m:
-        rows = []
-        for lg in m.loggers.loggers:
+    uri, config = _client(a)
+    with QuorumJournalManager(uri, config=config) as m:
+        asked = [(lg.name, lg.status()) for lg in m.loggers.loggers]  # type: ignore[attr-defined]
+        rows: list[dict[str, object]] = []
+        for name, fut in asked:  # all asked at once: a dead node costs one connect timeout, not one each
             try:
-                st = lg.status().result(timeout=m.config.timeouts.connect)  # type: ignore[attr-defined]
-            except Exception as e:
-                rows.append({"node": lg.name, "error": f"{type(e).__name__}: {e}"})
-                continue
-            rows.append({"node": lg.name, **st})
+                rows.append({"node": name, **fut.result(timeout=2 * m.config.timeouts.connect)})
+            except (NodeUnavailableError, TimeoutError) as e:
+                rows.append({"node": name, "unreachable": str(e) or "no answer in time"})
+            except QJMError as e:
+                rows.append({"node": name, "error": f"{type(e).__name__}: {e}"})
+    report = node_health(rows)
     if a.json:
-        print(json.dumps(rows, indent=2))
-        return 0
-    highest = max((int(r.get("highest_written_txid", 0)) for r in rows if "error" not in r), default=0)
-    print(f"{'node':<22} {'promised':>8} {'writer':>6} {'committed':>10} {'written':>10} {'lag':>6}  segments")
-    for r in rows:
-        if "error" in r:
-            print(f"{r['node']:<22} DOWN: {r['error']}")
-            continue
-        segs: list[object] = list(r.get("segments") or [])
-        shown = ", ".join(str(s).replace("edits_", "") for s in segs[-3:])
-        more = f" (+{len(segs) - 3} older)" if len(segs) > 3 else ""
-        written = int(str(r["highest_written_txid"]))
-        print(
-            f"{r['node']:<22} {r['promised_epoch']:>8} {r['writer_epoch']:>6} {r['committed_txid']:>10} "
-            f"{written:>10} {highest - written:>6}  {shown}{more}"
-        )
-    return 0
+        print(json.dumps({"state": report.state, "exit_code": report.exit_code, "nodes": report.rows}, indent=2))
+        return report.exit_code
+    print(format_status_table(report))
+    if report.state == "not-formatted":
+        print(f"run: qjm format {shlex.quote(uri)}")
+    return report.exit_code
 
 
 def _tail(a: argparse.Namespace) -> int:
-    from qjm.client.reader import open_reader
-
-    r = open_reader(a.uri, a.from_txid, include_in_progress=True)
+    uri, config = _client(a)
+    r = open_reader(uri, a.from_txid, include_in_progress=True, config=config)
     it = r.tail() if a.follow else iter(r)
     try:
         for txid, rec in it:
@@ -91,11 +169,12 @@ def _tail(a: argparse.Namespace) -> int:
 
 
 def _dump(a: argparse.Namespace) -> int:
-    from qjm._native import framing
-    from qjm.protocol.frame import SEGMENT_HEADER_SIZE
-
-    with open(a.file, "rb") as f:
-        data = f.read()
+    try:
+        with open(a.file, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        print(f"qjm dump: cannot read {a.file}: {e.strerror or e}", file=sys.stderr)
+        return 1
     try:
         h = framing.decode_segment_header(data)
     except QJMError as e:
@@ -118,198 +197,132 @@ def _dump(a: argparse.Namespace) -> int:
     return 0 if res.tail == "clean" else 2
 
 
-def _cluster_up(a: argparse.Namespace) -> int:
-    from qjm.testing.minicluster import MiniJournalCluster
+class _Parser(argparse.ArgumentParser):
+    """argparse with the exit code of a usage error settable per command (``qjm status`` exits 3,
+    "could not check", so that 2 keeps meaning "no quorum" to a health check)."""
 
-    with MiniJournalCluster(a.nodes, a.dir, journal_id=a.journal) as c:
-        print(f"{a.nodes} JournalNodes up; data in {c.base_dir}")
-        print(f"URI: {c.uri}")
-        print("Ctrl-C to stop.", flush=True)
-        done = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: done.set())
-        try:
-            done.wait()
-        except KeyboardInterrupt:
-            pass
-    return 0
+    usage_exit = 2
 
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.commands: Mapping[str, argparse.ArgumentParser] = {}
 
-def _demo(a: argparse.Namespace) -> int:
-    from qjm.demo import run_demo
+    def parse_args(self, args: Sequence[str] | None = None, namespace: None = None) -> argparse.Namespace:  # type: ignore[override]
+        """Arguments a command does not know are refused by that command, with its exit code."""
+        a, extra = self.parse_known_args(args)
+        if extra:
+            self.commands.get(getattr(a, "cmd", ""), self).error(f"unrecognized arguments: {' '.join(extra)}")
+        return a
 
-    return run_demo(records=a.records)
-
-
-def _bench(a: argparse.Namespace) -> int:
-    from qjm.bench import run
-
-    run(smoke=a.smoke, json_out=a.json, plot=a.plot, peers=a.peers)
-    return 0
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(self.usage_exit, f"{self.prog}: error: {message}\n")
 
 
-def _sim(a: argparse.Namespace) -> int:
-    """Replay one simulator seed (or run the double-failure sweep / the small-world search)."""
-    from qjm.testing.bugs import ProtocolBugs
-
-    if not a.verbose:
-        logging.getLogger("qjm").setLevel(logging.ERROR)  # torn tails are expected in a fault run
-    bugs = ProtocolBugs.parse(a.bugs)
-    if a.sweep:
-        from qjm.testing.exhaustive import double_failure_sweep
-
-        sw = double_failure_sweep(bugs=bugs)
-        print(f"double-failure sweep: {sw.runs} runs, calls per node {sw.calls_per_node}, {sw.acked_txids} txids "
-              f"acknowledged, {len(sw.violations)} violations, {sw.seconds:.1f}s")  # fmt: skip
-        for plan, r in sw.violations[:5]:
-            print(f"  faults {plan}: {r.violation}")
-        return 0 if sw.ok else 1
-    if a.explore:
-        from qjm.testing.exhaustive import explore, small_worlds
-
-        bad = 0
-        for w in small_worlds():
-            e = explore(w, bugs=bugs, time_limit=a.time_limit)
-            done = "complete" if e.complete else f"stopped after {a.time_limit:g}s"
-            print(f"{w.name}: {e.states} states, {e.runs} executions, {e.seconds:.1f}s, {done}, "
-                  f"{len(e.violations)} violations")  # fmt: skip
-            for _path, r in e.violations:
-                bad += 1
-                print(f"  {r.violation}")
-                if a.trace:
-                    print("\n".join("    " + t for t in r.trace))
-        return 1 if bad else 0
-    from qjm.testing.sim import run_seed
-
-    if a.seed is None:
-        print("qjm sim: give --seed N (or --sweep / --explore)", file=sys.stderr)
-        return 2
-    r = run_seed(a.seed, steps=a.steps, bugs=bugs, keep_trace=True)
-    if a.trace:
-        print("\n".join(r.trace))
-    verdict = "ok" if r.ok else f"VIOLATION: {r.violation}"
-    print(f"seed {a.seed}: {verdict}")
-    print("  " + ", ".join(f"{k} {v}" for k, v in sorted(r.stats.items()) if v))
-    return 0 if r.ok else 1
-
-
-def _faultsim(a: argparse.Namespace) -> int:
-    """Many simulator seeds over Spark (or a local process pool without pyspark)."""
-    from qjm.testing.faultsim import parse_range, run_faultsim
-
-    rep = run_faultsim(
-        parse_range(a.seeds), master=a.master, steps=a.steps, bugs=a.bugs, batch=a.batch,
-        use_spark=False if a.local else None,
+def _add_settings_args(s: argparse.ArgumentParser) -> None:
+    s.add_argument(
+        "--config", metavar="FILE", default=None,
+        help=f"TOML settings file ({CONFIG_ENV} when not given); see docs/configuration.md",
     )  # fmt: skip
-    print(rep.summary())
-    return 0 if not rep.failures else 1
-
-
-def _chaos(a: argparse.Namespace) -> int:
-    """Writer processes and JournalNodes killed and paused at random; verify every acknowledged txid."""
-    from qjm.testing.chaos import ChaosConfig, parse_duration, run_chaos
-
-    cfg = ChaosConfig(
-        duration=parse_duration(a.duration), writers=a.writers, nodes=a.nodes, seed=a.seed, proxy=not a.no_proxy,
-        base_dir=a.dir,
+    s.add_argument(
+        "--hadoop-conf", metavar="FILE", default=None,
+        help=f"a Hadoop hdfs-site.xml to read dfs.journalnode.*, dfs.qjournal.* and "
+        f"dfs.namenode.shared.edits.dir from ({HADOOP_CONF_ENV} when not given)",
     )  # fmt: skip
-    rep = run_chaos(cfg, out=sys.stderr)
-    print(rep.summary())
-    return 0 if rep.ok else 1
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="qjm", description="qjm: a replicated, fenced write-ahead log")
-    p.add_argument("-v", "--verbose", action="store_true", help="log at INFO")
-    sub = p.add_subparsers(dest="cmd", required=True)
+def _add_uri_arg(s: argparse.ArgumentParser) -> None:
+    s.add_argument("uri", nargs="?", default=None, help=f"the journal (else QJM_URI or [client] uri): {URI_SYNTAX}")
+    _add_settings_args(s)
 
-    s = sub.add_parser("journalnode", help="run a JournalNode")
-    s.add_argument("--data-dir", required=True)
-    s.add_argument("--host", default="127.0.0.1")
-    s.add_argument("--rpc-port", type=int, default=8485)
-    s.add_argument("--data-port", type=int, default=8486)
-    s.add_argument("--fault", default="", help=argparse.SUPPRESS)
-    s.add_argument("--ready-line", action="store_true", help="print READY ... on stdout once serving")
-    s.set_defaults(fn=_journalnode)
 
-    s = sub.add_parser("format", help="format a journal on every node")
-    s.add_argument("uri")
+def register(add: AddCommand) -> None:
+    """Add the operator's commands to the ``qjm`` command."""
+    s = add(
+        "journalnode", help="run a JournalNode",
+        description="Run a JournalNode: a control-plane port (gRPC) and a data-plane port (framed TCP), both "
+        "to be reachable from every writer and reader, and an HTTP port for /metrics (Prometheus), /health and "
+        "/status (docs/observability.md). Each option also reads QJM_<OPTION> and the "
+        "[journalnode] table of --config.",
+    )  # fmt: skip
+    add_node_arguments(s)
+    s.set_defaults(fn=serve_node)
+
+    s = add("format", help="format a journal on every node")
+    _add_uri_arg(s)
     s.add_argument("--force", action="store_true", help="wipe existing data")
     s.set_defaults(fn=_format)
 
-    s = sub.add_parser("status", help="per-node epochs, segments, committed txid and lag")
-    s.add_argument("uri")
-    s.add_argument("--json", action="store_true")
+    s = add(
+        "status", help="per-node state, epochs, txids and lag; exit 0 in sync, 1 degraded, 2 no quorum",
+        description="Ask every node for the journal's state. Exit code: 0 every node in sync; 1 degraded "
+        "(a quorum is fine, some node is unreachable, unformatted or behind); 2 no quorum, or not "
+        "formatted; 3 the check could not run (bad URI or settings).",
+    )  # fmt: skip
+    if isinstance(s, _Parser):
+        s.usage_exit = UNKNOWN
+    _add_uri_arg(s)
+    s.add_argument("--json", action="store_true", help="print the state and each node's answer as JSON")
     s.set_defaults(fn=_status)
 
-    s = sub.add_parser("tail", help="print committed records")
-    s.add_argument("uri")
-    s.add_argument("--from", dest="from_txid", type=int, default=1)
-    s.add_argument("-f", "--follow", action="store_true")
-    s.add_argument("--hex", action="store_true")
+    s = add("tail", help="print committed records")
+    _add_uri_arg(s)
+    s.add_argument("--from", dest="from_txid", type=int, default=1, help="first txid to print (default 1)")
+    s.add_argument("-f", "--follow", action="store_true", help="keep printing new records as they commit")
+    s.add_argument("--hex", action="store_true", help="print records as hex instead of UTF-8 text")
     s.set_defaults(fn=_tail)
 
-    s = sub.add_parser("dump", help="show the frames of a segment file")
-    s.add_argument("file")
-    s.add_argument("--records", action="store_true")
+    s = add("dump", help="show the frames of a segment file")
+    s.add_argument("file", help="a segment file (edits_* in a journal directory)")
+    s.add_argument("--records", action="store_true", help="also print each record (first 60 bytes)")
     s.set_defaults(fn=_dump)
 
-    s = sub.add_parser("cluster", help="local clusters for trying qjm out")
-    cs = s.add_subparsers(dest="cluster_cmd", required=True)
-    up = cs.add_parser("up", help="run N local JournalNodes until Ctrl-C")
-    up.add_argument("--nodes", type=int, default=3)
-    up.add_argument("--dir", default=None)
-    up.add_argument("--journal", default="demo")
-    up.set_defaults(fn=_cluster_up)
 
-    s = sub.add_parser("demo", help="3 nodes, a writer, a node killed, a failover, everything read back")
-    s.add_argument("--records", type=int, default=2000)
-    s.set_defaults(fn=_demo)
-
-    s = sub.add_parser("bench", help="latency/throughput against the disk's floor")
-    s.add_argument("--smoke", action="store_true")
-    s.add_argument("--json", action="store_true")
-    s.add_argument("--plot", default=None, metavar="PNG", help="latency CDF and throughput bars (matplotlib)")
-    s.add_argument("--peers", action="store_true", help="also ZooKeeper, etcd and NATS JetStream on loopback")
-    s.set_defaults(fn=_bench)
-
-    s = sub.add_parser("sim", help="deterministic fault simulation: replay a seed, sweep double failures, search")
-    s.add_argument("--seed", type=int, default=None, help="the seed to run")
-    s.add_argument("--trace", action="store_true", help="print every call, fault and check of the run")
-    s.add_argument("--steps", type=int, default=400, help="scheduler steps before the final recovery")
-    s.add_argument("--bugs", default="", help="test-only protocol bugs to switch on (comma separated)")
-    s.add_argument("--sweep", action="store_true", help="the double-failure sweep (Hadoop TestQJMWithFaults)")
-    s.add_argument("--explore", action="store_true", help="search every execution of the small worlds")
-    s.add_argument("--time-limit", type=float, default=120.0, help="seconds per world for --explore")
-    s.set_defaults(fn=_sim)
-
-    s = sub.add_parser("faultsim", help="run many simulator seeds on Spark (any master) or a local pool")
-    s.add_argument("--seeds", default="0:10000", help="lo:hi")
-    s.add_argument("--master", default="local[*]")
-    s.add_argument("--steps", type=int, default=400)
-    s.add_argument("--bugs", default="")
-    s.add_argument("--batch", type=int, default=None, help="seeds per Spark job (progress is printed per job)")
-    s.add_argument("--local", action="store_true", help="use a local process pool even if pyspark imports")
-    s.set_defaults(fn=_faultsim)
-
-    s = sub.add_parser("chaos", help="process-level chaos: writers and nodes SIGKILLed/SIGSTOPped, then verified")
-    s.add_argument("--duration", default="60s", help="e.g. 60s, 10m")
-    s.add_argument("--writers", type=int, default=3)
-    s.add_argument("--nodes", type=int, default=3)
-    s.add_argument("--seed", type=int, default=None)
-    s.add_argument("--dir", default=None, help="keep the cluster and logs here")
-    s.add_argument("--no-proxy", action="store_true", help="no TCP proxy in front of the nodes")
-    s.set_defaults(fn=_chaos)
+def build_parser(*groups: Register) -> argparse.ArgumentParser:
+    """The ``qjm`` parser with the subcommands each of ``groups`` registers."""
+    p = _Parser(
+        prog="qjm",
+        description="qjm: a replicated, fenced write-ahead log",
+        epilog=f"Journal URIs: {URI_SYNTAX}. Settings: flags > QJM_* environment > --config > --hadoop-conf > "
+        "defaults (docs/configuration.md).",
+    )
+    p.add_argument("--version", action="version", version=f"qjm {__version__}", help="print the version and exit")
+    p.add_argument("-v", "--verbose", action="store_true", help="log at INFO")
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    p.commands = sub.choices
+    for group in groups:
+        group(sub.add_parser)
+    _add_log_args(p, top=True)
+    for cmd in sub.choices.values():
+        _add_log_args(cmd, top=False)
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    a = build_parser().parse_args(argv)
-    level = logging.INFO if a.verbose or a.cmd == "journalnode" else logging.WARNING
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+def _add_log_args(p: argparse.ArgumentParser, *, top: bool) -> None:
+    """Accepted before or after the command name; a command's own default never overrides the top's."""
+    p.add_argument(
+        "--log-level", type=str.lower, choices=LEVELS, default=None if top else argparse.SUPPRESS,
+        help="log threshold (default: info for journalnode, else warning; -v means info)",
+    )  # fmt: skip
+    p.add_argument(
+        "--log-format", choices=FORMATS, default="text" if top else argparse.SUPPRESS,
+        help="text, or json: one JSON object per line (time, level, logger, message)",
+    )  # fmt: skip
+
+
+def main(argv: Sequence[str] | None = None, groups: Sequence[Register] = (register,)) -> int:
+    """Run one ``qjm`` command; ``groups`` register the commands there are (the operator's alone here)."""
+    a = build_parser(*groups).parse_args(argv)
+    level = a.log_level or ("info" if a.verbose or a.cmd == "journalnode" else "warning")
+    configure_logging(level, a.log_format)
     try:
         return int(a.fn(a))
     except QJMError as e:
         print(f"qjm {a.cmd}: {type(e).__name__}: {e}", file=sys.stderr)
-        return 1
+        return UNKNOWN if a.cmd == "status" else 1
     except BrokenPipeError:
         os._exit(0)
+    except OSError as e:  # a path or resource the user named (a directory that cannot be made...)
+        where = f": {e.filename}" if e.filename else ""
+        print(f"qjm {a.cmd}: {e.strerror or e}{where}", file=sys.stderr)
+        return UNKNOWN if a.cmd == "status" else 1

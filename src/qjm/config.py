@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from qjm.addresses import join_host_port, split_host_port
 from qjm.errors import ConfigError, JournalIdError
 
 DEFAULT_RPC_PORT = 8485
@@ -30,7 +31,7 @@ class NodeAddress:
     port: int
 
     def __str__(self) -> str:
-        return f"{self.host}:{self.port}"
+        return join_host_port(self.host, self.port)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,28 +43,33 @@ class JournalURI:
         return "qjournal://" + ";".join(map(str, self.nodes)) + "/" + self.journal_id
 
 
+URI_SYNTAX = (
+    "qjournal://HOST:PORT;HOST:PORT;HOST:PORT/JOURNAL_ID -- nodes separated by ';' (quote the URI in a "
+    "shell), an IPv6 host in brackets ([::1]:8485), the port 8485 when left out; the journal id is 1-128 "
+    "of A-Z a-z 0-9 _ . -"
+)
+
+
 def parse_uri(uri: str) -> JournalURI:
     """``qjournal://h1:p1;h2:p2;h3:p3/journal-id`` → nodes and journal id (reference §3.1)."""
     prefix = "qjournal://"
     if not isinstance(uri, str) or not uri.startswith(prefix):
-        raise ConfigError(f"not a qjournal URI: {uri!r} (expected qjournal://host:port;host:port/journal-id)")
+        raise ConfigError(f"not a qjournal URI: {uri!r} (expected {URI_SYNTAX})")
     rest = uri[len(prefix) :]
     if "/" not in rest:
         raise ConfigError(f"qjournal URI {uri!r} names no journal id after the node list")
     authority, jid = rest.split("/", 1)
+    if "," in authority:
+        raise ConfigError(f"qjournal URI {uri!r} separates nodes with ',': use ';' (qjournal://a:8485;b:8485/id)")
     nodes: list[NodeAddress] = []
     for part in authority.split(";"):
         part = part.strip()
         if not part:
             raise ConfigError(f"empty node address in {uri!r}")
-        host, sep, port_s = part.rpartition(":")
-        if not sep:
-            host, port_s = part, str(DEFAULT_RPC_PORT)
-        host = host.strip("[]")
         try:
-            port = int(port_s)
-        except ValueError:
-            raise ConfigError(f"bad port {port_s!r} in {uri!r}") from None
+            host, port = split_host_port(part, DEFAULT_RPC_PORT, what="node address")
+        except ConfigError as e:
+            raise ConfigError(f"{e}, in {uri!r}") from None
         if not host or not 0 < port < 65536:
             raise ConfigError(f"bad node address {part!r} in {uri!r}")
         nodes.append(NodeAddress(host, port))
@@ -141,53 +147,3 @@ def config_from(options: dict[str, Any] | None = None) -> QJMConfig:
         else:
             raise ConfigError(f"unknown option {k!r}")
     return replace(cfg, timeouts=replace(cfg.timeouts, **tkw), **kw).validate()
-
-
-# Hadoop's client keys (reference §5.2) → Timeouts fields; values are milliseconds.
-HADOOP_TIMEOUT_KEYS = {
-    "dfs.qjournal.get-journal-state.timeout.ms": "get_journal_state",
-    "dfs.qjournal.new-epoch.timeout.ms": "new_epoch",
-    "dfs.qjournal.prepare-recovery.timeout.ms": "prepare_recovery",
-    "dfs.qjournal.accept-recovery.timeout.ms": "accept_recovery",
-    "dfs.qjournal.finalize-segment.timeout.ms": "finalize_segment",
-    "dfs.qjournal.start-segment.timeout.ms": "start_segment",
-    "dfs.qjournal.write-txns.timeout.ms": "write_txns",
-    "dfs.qjournal.select-input-streams.timeout.ms": "select_input_streams",
-}
-
-
-def config_from_hadoop_xml(path: str) -> QJMConfig:
-    """Read the ``dfs.qjournal.*`` keys of an hdfs-site.xml, so operators keep their settings.
-
-    Unknown keys are ignored (an hdfs-site.xml holds many); a known key with a bad value is an error.
-    """
-    import xml.etree.ElementTree as ET
-
-    try:
-        root = ET.parse(path).getroot()
-    except (OSError, ET.ParseError) as e:
-        raise ConfigError(f"cannot read Hadoop configuration {path}: {e}") from e
-    tkw: dict[str, float] = {}
-    kw: dict[str, Any] = {}
-    for prop in root.iter("property"):
-        name = (prop.findtext("name") or "").strip()
-        value = (prop.findtext("value") or "").strip()
-        try:
-            if name in HADOOP_TIMEOUT_KEYS:
-                tkw[HADOOP_TIMEOUT_KEYS[name]] = int(value) / 1000.0
-            elif name == "dfs.qjournal.queued-edits.limit.mb":
-                kw["queued_edits_limit_bytes"] = int(value) * 1024 * 1024
-            elif name == "dfs.qjm.operations.timeout":
-                tkw["operations"] = _hadoop_duration(value)
-        except ValueError:
-            raise ConfigError(f"{path}: bad value {value!r} for {name}") from None
-    cfg = QJMConfig()
-    return replace(cfg, timeouts=replace(cfg.timeouts, **tkw), **kw).validate()
-
-
-def _hadoop_duration(value: str) -> float:
-    """Hadoop time durations: a plain number is milliseconds; suffixes ms, s, m, h."""
-    for suffix, scale in (("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0)):
-        if value.endswith(suffix) and value[: -len(suffix)].strip().isdigit():
-            return int(value[: -len(suffix)]) * scale
-    return int(value) / 1000.0

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import time
 
+from qjm.cli import main as cli_main
 from qjm.client.reader import open_reader
 from qjm.client.writer import open_writer
 from qjm.errors import FencedError, QJMError
@@ -92,8 +93,6 @@ def run_demo(records: int = 2000) -> int:
             return 1
         print(f"    read {len(got)} records, txids 1-{last}, all intact; A's fenced record is nowhere")
         try:
-            from qjm.cli import main as cli_main
-
             _step(9, "qjm status")
             cli_main(["status", c.uri])
         except QJMError:

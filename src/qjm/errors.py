@@ -115,7 +115,7 @@ class NotFoundError(QJMError):
 
 
 class InvariantViolation(QJMError, AssertionError):
-    """A protocol invariant would break (design.md §3): never swallowed, always loud."""
+    """A protocol invariant would break (design §2.7): never swallowed, always loud."""
 
     code = "INVARIANT"
 
@@ -124,6 +124,12 @@ class StorageError(QJMError, OSError):
     """The node's disk refused (full, read-only, locked by another node)."""
 
     code = "STORAGE"
+
+
+class BindError(QJMError, OSError):
+    """A node cannot listen where it was told to: the port is taken, or the address is not this host's."""
+
+    code = "BIND"
 
 
 class NodeUnavailableError(QJMError):

@@ -28,7 +28,9 @@ def test_format_status_tail_dump(cluster: MiniJournalCluster) -> None:
     w.sync()
     st = run("status", cluster.uri, "--json")
     assert st.returncode == 0, st.stderr
-    rows = json.loads(st.stdout)
+    out = json.loads(st.stdout)
+    assert out["state"] == "in-sync" and out["exit_code"] == 0
+    rows = out["nodes"]
     assert [r["writer_epoch"] for r in rows] == [w.epoch] * 3
     assert all(r["highest_written_txid"] == 21 for r in rows)
     table = run("status", cluster.uri)
@@ -49,8 +51,9 @@ def test_status_reports_a_down_node(cluster: MiniJournalCluster) -> None:
     qjm.open_writer(cluster.uri, create=True).close()
     cluster.stop(1)
     st = run("status", cluster.uri)
-    assert st.returncode == 0
-    assert "DOWN" in st.stdout.splitlines()[2]
+    assert st.returncode == 1, st.stdout + st.stderr  # degraded: a quorum is left
+    assert st.stdout.splitlines()[2].split()[1] == "unreachable"
+    assert "out of sync" not in st.stdout
 
 
 def test_journalnode_refuses_a_locked_directory(cluster: MiniJournalCluster) -> None:
@@ -70,4 +73,10 @@ def test_journalnode_refuses_a_locked_directory(cluster: MiniJournalCluster) -> 
 
 def test_bad_uri_is_a_clear_error() -> None:
     r = run("status", "qjournal://localhost:1/../etc")
-    assert r.returncode == 1 and "bad journal id" in r.stderr
+    assert r.returncode == 3 and "bad journal id" in r.stderr  # 3: the check could not run
+
+
+def test_journalnode_takes_no_fault_option(tmp_path: object) -> None:
+    """Fault injection reaches a node through the test harness (qjm.testing.node) only."""
+    r = run("journalnode", "--data-dir", str(tmp_path), "--fault", "before_append=exit")
+    assert r.returncode == 2 and "unrecognized arguments: --fault" in r.stderr

@@ -10,11 +10,11 @@ from qjm.config import (
     DEFAULT_RPC_PORT,
     QJMConfig,
     config_from,
-    config_from_hadoop_xml,
     parse_uri,
     validate_journal_id,
 )
 from qjm.errors import ConfigError, JournalIdError
+from qjm.settings import config_from_hadoop_xml
 
 
 def test_parse_uri() -> None:

@@ -66,12 +66,13 @@ def test_a_failed_start_is_out_of_sync_at_once_and_fails_its_backlog() -> None:
     assert [h.ticket for h in st.start_failed(4, cause)] == ["a"]
     assert st.out_of_sync and not st.starting and st.backlog_bytes == 0
     r = st.route(10, 0, has_link=True)
-    assert isinstance(r, Refusal) and isinstance(r.error, OutOfSyncError) and "n0" in str(r.error)
+    assert isinstance(r, Refusal) and isinstance(r.error, NodeUnavailableError) and "unreachable" in str(r.error)
+    assert "n0" in str(r.error) and "until the next segment" in str(r.error)
     assert st.start_failed(4, cause) == []  # ending it twice is harmless
     st.start_begun(6)
     assert st.route(10, 0, has_link=False) is Route.HOLD  # the next start may bring it back
     assert st.start_succeeded(6) == []
-    assert not st.out_of_sync
+    assert not st.out_of_sync and st.unreachable is None
 
 
 def test_a_start_that_fails_while_a_later_one_is_pending_leaves_that_one_alone() -> None:
@@ -101,6 +102,14 @@ def test_a_single_batch_larger_than_the_limit_is_taken_when_nothing_is_queued() 
     assert st.route(LIMIT * 3, 0, has_link=True) is Route.SEND  # Hadoop: a limit of 0 is one batch
     r = st.route(10, LIMIT, has_link=True)
     assert isinstance(r, Refusal) and isinstance(r.error, NodeTooFarBehindError)
+
+
+def test_a_start_refused_by_the_node_is_out_of_sync() -> None:
+    st = state()
+    st.start_begun(4)
+    st.start_failed(4, OutOfSyncError("n0: refused"))
+    r = st.route(10, 0, has_link=True)
+    assert isinstance(r, Refusal) and isinstance(r.error, OutOfSyncError)
 
 
 def test_no_link_outside_a_start_is_out_of_sync() -> None:

@@ -6,7 +6,7 @@ node sees them in submission order; the node's state as this writer knows it
 which decides every step; and a data link per segment (``qjm.client.data_link.DataLink``: the
 native ``FanoutLink`` or the pure ``ThreadedLink``) that carries the batches and their cumulative
 acks. A node that fails a batch, or lets its unacknowledged bytes pass the queue limit, is out of
-sync until the next ``start_log_segment`` (design §4).
+sync until the next ``start_log_segment`` (design §2.2, §5.1.1).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import xxhash
 
 from qjm import errors
 from qjm._native import backend_of
+from qjm.addresses import reachable_at
 from qjm.client import shared
 from qjm.client.data_link import DataLink
 from qjm.client.fanout_link import FanoutLink, shared_engine
@@ -50,8 +51,8 @@ from qjm.protocol.rpcmeta import CLIENT_GRPC_OPTIONS, ERROR_CODE_KEY, rpc_code
 
 log = logging.getLogger("qjm.channel")
 
-# The idna codec is imported above, not on a writer's first data-link connect: there it cost a
-# standby process about 3 ms of CPU (the codec, stringprep, their regular expressions) in the
+# The idna codec is imported above, not on a writer's first data-link connect: there it would cost
+# a standby process about 3 ms of CPU (the codec, stringprep, their regular expressions) in the
 # middle of its takeover.
 T = TypeVar("T")
 _CHANNEL_OPTIONS = tuple(CLIENT_GRPC_OPTIONS)
@@ -179,6 +180,11 @@ class RemoteLogger:
         return self._state.out_of_sync
 
     @property
+    def fenced(self) -> bool:
+        """Out of sync because this node fenced the writer (a newer writer holds the journal)."""
+        return self._state.fenced is not None
+
+    @property
     def highest_acked_txid(self) -> int:
         """The highest txid this node has acknowledged as durable to this writer."""
         link = self._link
@@ -251,7 +257,7 @@ class RemoteLogger:
 
         def go() -> JournalState:
             st = convert.state_from_pb(self._rpc("get_journal_state", self._stub.GetJournalState, self._jid, t))
-            self._data_address = st.data_address
+            self._data_address = reachable_at(st.data_address, self.address.host)
             return st
 
         return self._call("get_journal_state", go)
@@ -263,7 +269,7 @@ class RemoteLogger:
         def go() -> NewEpochResponse:
             reply = self._rpc("new_epoch", self._stub.NewEpoch, lambda: req, t)
             if reply.data_address:
-                self._data_address = reply.data_address
+                self._data_address = reachable_at(reply.data_address, self.address.host)
             return convert.new_epoch_from_pb(reply)
 
         return self._call("new_epoch", go)
@@ -483,8 +489,8 @@ class RemoteLogger:
                 if not isinstance(e.__cause__, ConnectionRefusedError):
                     raise  # unreachable: asking the node again would only wait twice
         st = self._rpc("get_journal_state", self._stub.GetJournalState, self._jid, self.config.timeouts.connect)
-        self._data_address = st.data_address
-        return self._connect_link(st.data_address)
+        self._data_address = reachable_at(st.data_address, self.address.host)
+        return self._connect_link(self._data_address)
 
     def _connect_link(self, data_address: str) -> DataLink:
         try:
@@ -512,7 +518,10 @@ class RemoteLogger:
                 return  # an old segment's link, closed on purpose
             self._state.lose_sync(e)
         if not self._closed:
-            log.warning("%s: batches failed (%s); out of sync until the next segment", self._name, e)
+            if isinstance(e, NodeUnavailableError):
+                log.warning("%s: unreachable (%s); no batches to it until the next segment", self._name, e)
+            else:
+                log.warning("%s: batches failed (%s); out of sync until the next segment", self._name, e)
 
     def _refused(self, r: Refusal[Ticket]) -> QJMError:
         """Carry out a refusal (lock not held): fail what it dropped, close the link if it says so."""

@@ -5,7 +5,7 @@ the process registers its socket with one ``Fanout`` engine whose loop runs in a
 without the GIL. A batch is
 written from the sender's thread at once when the socket has room; the loop writes the rest,
 parses the node's cumulative acks and calls back here, and the link completes its futures, which
-feed each batch's ``QuorumCall`` (design §4). A quiet link (``report_acks=False``) has no futures:
+feed each batch's ``QuorumCall`` (design §1.3). A quiet link (``report_acks=False``) has no futures:
 its acks only wake ``Fanout.wait_news``, and ``qjm.client.link_batch`` counts the quorum from
 ``acked_txid`` in the waiting thread. The engine bounds each link's in-flight window in
 frames and bytes; a batch past it, an ERROR from the node or a broken connection fail the link,
@@ -24,6 +24,7 @@ from types import ModuleType
 
 from qjm import errors
 from qjm._native import fanout
+from qjm.addresses import split_host_port
 from qjm.client.data_link import LinkFailed, PendingBatches, encode_commit
 from qjm.client.node_state import CommitNotice
 from qjm.errors import CorruptFrameError, NodeTooFarBehindError, NodeUnavailableError, OutOfSyncError
@@ -119,8 +120,7 @@ class FanoutLink:
         report_acks: bool = True,
     ) -> None:
         self.name = name
-        host, port = address.rsplit(":", 1)
-        self._sock = socket.create_connection((host, int(port)), timeout=connect_timeout)
+        self._sock = socket.create_connection(split_host_port(address), timeout=connect_timeout)
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._batches = PendingBatches()  # loud links: a future per batch
         self._lock = self._batches.lock

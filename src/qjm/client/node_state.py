@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from qjm import errors
-from qjm.errors import FencedError, NodeTooFarBehindError, OutOfSyncError, QJMError
+from qjm.errors import FencedError, NodeTooFarBehindError, NodeUnavailableError, OutOfSyncError, QJMError
 from qjm.protocol.messages import NO_TXID, RequestInfo
 
 __all__ = ["CommitNotice", "Held", "NodeState", "Refusal", "Route"]
@@ -82,6 +82,7 @@ class NodeState(Generic[P]):
         self.committed_sent = NO_TXID
         self.out_of_sync = False
         self.fenced: FencedError | None = None  # what put the node out of sync, when it was fencing
+        self.unreachable: NodeUnavailableError | None = None  # ... when the node stopped answering
         self.highest_acked = 0
         self._starting: dict[int, list[Held[P]]] = {}  # segment whose start is queued or running → batches
         self.starting = False
@@ -118,10 +119,13 @@ class NodeState(Generic[P]):
     # -- sync --------------------------------------------------------------------------------
 
     def lose_sync(self, e: BaseException) -> None:
-        """The node takes no more batches this segment; remember whether it was fencing that did it."""
+        """The node takes no more batches this segment; remember whether fencing or an unreachable
+        node did it, so that later refusals say so."""
         self.out_of_sync = True
         if isinstance(e, FencedError):
             self.fenced = e
+        elif isinstance(e, NodeUnavailableError) and self.unreachable is None:
+            self.unreachable = e
 
     def not_in_sync(self, detail: str = "") -> QJMError:
         """The error for a batch or finalize this node cannot take. A node out of sync because it
@@ -133,6 +137,11 @@ class NodeState(Generic[P]):
                 f"{self.name}: fenced earlier in this segment ({f}){detail}",
                 request_epoch=f.request_epoch,
                 promised_epoch=f.promised_epoch,
+            )
+        u = self.unreachable
+        if u is not None:
+            return NodeUnavailableError(
+                f"{self.name}: unreachable ({u}); no batches to it until the next segment{detail}"
             )
         return OutOfSyncError(f"{self.name}: out of sync until the next segment{detail}")
 
@@ -152,6 +161,7 @@ class NodeState(Generic[P]):
             return None
         self.out_of_sync = False
         self.fenced = None
+        self.unreachable = None
         return self._take(txid)
 
     def start_failed(self, txid: int, e: QJMError) -> list[Held[P]]:

@@ -14,6 +14,7 @@ import threading
 from concurrent.futures import Future
 
 from qjm import errors
+from qjm.addresses import split_host_port
 from qjm.client.data_link import LinkFailed, PendingBatches, encode_commit
 from qjm.client.node_state import CommitNotice
 from qjm.errors import NodeUnavailableError, OutOfSyncError, QJMError
@@ -27,8 +28,7 @@ class ThreadedLink:
 
     def __init__(self, name: str, address: str, journal_id: str, connect_timeout: float, on_fail: LinkFailed) -> None:
         self.name = name
-        host, port = address.rsplit(":", 1)
-        self._sock = socket.create_connection((host, int(port)), timeout=connect_timeout)
+        self._sock = socket.create_connection(split_host_port(address), timeout=connect_timeout)
         self._sock.settimeout(None)
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._q: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()

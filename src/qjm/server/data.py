@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from qjm._native import fanout
+from qjm.addresses import family_of
 from qjm.errors import QJMError, to_code
 from qjm.protocol import wire
 from qjm.server.journal import Journal
@@ -97,6 +98,7 @@ class DataServer(socketserver.ThreadingTCPServer):
 
     def __init__(self, address: tuple[str, int], get_journal: Callable[[str], Journal]) -> None:
         self.get_journal = get_journal
+        self.address_family = family_of(address[0])  # read by the base class when it makes the socket
         super().__init__(address, _Conn)
 
     def start(self) -> threading.Thread:

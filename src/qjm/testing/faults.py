@@ -1,7 +1,7 @@
 """Fault hooks for tests, injected as objects (never globals).
 
 ``FaultPlan`` is a client-side ``CallHooks``: fail the n-th call of an operation to a node before
-it is sent, lose a node's reply to it, or declare the writer dead right after a node answered.
+it is sent, lose a node's reply to it, or hold a node's calls back until another node answered.
 ``ServerFaults`` is a node-side ``JournalHooks``: fail or kill the node around the paxos commit
 point or before an append.
 """
@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from qjm.client.loggers import CallHooks
-from qjm.errors import NodeUnavailableError, StorageError, WriterCrashedError
+from qjm.errors import NodeUnavailableError, StorageError
 from qjm.server.journal import JournalHooks
 
 ANY = "*"
@@ -24,9 +24,8 @@ ANY = "*"
 class _Rule:
     node: str
     op: str
-    call: int | None  # 1-based n-th call of (node, op); None: every call
-    kind: str  # "fail" | "lose" | "crash"
-    fired: int = 0
+    call: int | None  # 1-based n-th call (or reply) of (node, op); None: every one
+    kind: str = "fail"  # "fail": before it is sent; "lose": its reply
 
 
 class FaultPlan(CallHooks):
@@ -39,21 +38,15 @@ class FaultPlan(CallHooks):
         self._answered: dict[tuple[str, str], threading.Event] = {}
         self.calls: Counter[tuple[str, str]] = Counter()
         self.replies: Counter[tuple[str, str]] = Counter()
-        self.injected: list[tuple[str, str, int, str]] = []
 
     def fail_before(self, node: str, op: str = ANY, *, call: int | None = None) -> FaultPlan:
         """The matching call to ``node`` fails before anything is sent (the node never sees it)."""
-        self._rules.append(_Rule(node, op, call, "fail"))
+        self._rules.append(_Rule(node, op, call))
         return self
 
     def lose_reply(self, node: str, op: str = ANY, *, call: int | None = None) -> FaultPlan:
         """The node does the matching call but its reply is lost (``call`` counts replies)."""
         self._rules.append(_Rule(node, op, call, "lose"))
-        return self
-
-    def crash_after(self, node: str, op: str = ANY, *, call: int | None = None) -> FaultPlan:
-        """The writer dies right after ``node`` answered the matching call: it sends nothing more."""
-        self._rules.append(_Rule(node, op, call, "crash"))
         return self
 
     def answer_after(self, node: str, leader: str) -> FaultPlan:
@@ -73,13 +66,11 @@ class FaultPlan(CallHooks):
         with self._lock:
             self._rules.clear()
 
-    def _match(self, node: str, op: str, n: int, kind: str) -> bool:
-        for r in self._rules:
-            if r.kind == kind and r.node in (node, ANY) and r.op in (op, ANY) and (r.call is None or r.call == n):
-                r.fired += 1
-                self.injected.append((node, op, n, kind))
-                return True
-        return False
+    def _match(self, node: str, op: str, n: int, kind: str = "fail") -> bool:
+        return any(
+            r.kind == kind and r.node in (node, ANY) and r.op in (op, ANY) and (r.call is None or r.call == n)
+            for r in self._rules
+        )
 
     def before(self, node: str, op: str) -> None:
         leader = self._follow.get(node)
@@ -88,7 +79,7 @@ class FaultPlan(CallHooks):
         with self._lock:
             self.calls[(node, op)] += 1
             n = self.calls[(node, op)]
-            hit = self._match(node, op, n, "fail")
+            hit = self._match(node, op, n)
         if hit:
             raise NodeUnavailableError(f"injected: {op} #{n} to {node} failed before sending")
 
@@ -102,10 +93,6 @@ class FaultPlan(CallHooks):
 
     def after(self, node: str, op: str) -> None:
         self._answered_event(node, op).set()
-        with self._lock:
-            hit = self._match(node, op, self.calls[(node, op)], "crash")
-        if hit:
-            raise WriterCrashedError(f"injected: writer crashed after {node} answered {op}")
 
 
 class ServerFaults(JournalHooks):
