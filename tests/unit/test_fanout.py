@@ -489,9 +489,7 @@ def engine(fo: ModuleType) -> Iterator[Engine]:
 
 def open_link(engine: Engine, node: FakeNode, **kw: int) -> tuple[FanoutLink, queue.Queue[BaseException]]:
     failures: queue.Queue[BaseException] = queue.Queue()
-    link = FanoutLink(
-        "n1", node.address, "jid", WAIT, on_ack=lambda: None, on_fail=lambda lk, e: failures.put(e), engine=engine, **kw
-    )
+    link = FanoutLink("n1", node.address, "jid", WAIT, on_fail=lambda lk, e: failures.put(e), engine=engine, **kw)
     return link, failures
 
 
@@ -502,15 +500,14 @@ def test_link_completes_futures_on_cumulative_acks(engine: Engine) -> None:
     assert recv_exactly(sock, len(wire.encode_hello("jid"))) == wire.encode_hello("jid")
     futs: list[Future[int]] = [Future() for _ in range(5)]
     for t, fut in enumerate(futs, 1):
-        link.send(frame(t), t, fut, wire.encode_commit(1, t - 1) if t == 3 else None)
-    assert link.queued_bytes == sum(len(frame(t)) for t in range(1, 6))
-    assert link.last_pending() is futs[-1]
+        link.send(frame(t), t, fut, (1, t - 1) if t == 3 else None)
+    assert link.unacked_bytes() == sum(len(frame(t)) for t in range(1, 6))
     sock.sendall(wire.encode_ack(3))
     assert [f.result(WAIT) for f in futs[:3]] == [3, 3, 3]
     assert not futs[3].done()
     sock.sendall(wire.encode_ack(5))
     assert futs[4].result(WAIT) == 5
-    assert link.queued_bytes == 0 and link.last_pending() is None
+    assert link.unacked_bytes() == 0
     link.close()
     assert isinstance(failures.get(timeout=WAIT), OutOfSyncError)  # closed on purpose: reported, ignored upstream
     assert link.closed
@@ -563,7 +560,7 @@ def test_link_connect_refused_is_oserror(engine: Engine) -> None:
     port = s.getsockname()[1]
     s.close()
     with pytest.raises(OSError):
-        FanoutLink("n", f"127.0.0.1:{port}", "j", WAIT, on_ack=lambda: None, on_fail=lambda lk, e: None, engine=engine)
+        FanoutLink("n", f"127.0.0.1:{port}", "j", WAIT, on_fail=lambda lk, e: None, engine=engine)
 
 
 def test_error_codes_round_trip_through_the_link(engine: Engine) -> None:
@@ -583,10 +580,11 @@ def test_error_codes_round_trip_through_the_link(engine: Engine) -> None:
 
 
 def test_writer_links_follow_the_backend_switch(tmp_path: Path) -> None:
-    """RemoteLogger opens a FanoutLink on the native backend and its threaded _DataLink on the pure one."""
+    """RemoteLogger opens a FanoutLink on the native backend and a ThreadedLink on the pure one."""
     import qjm
     from qjm._native import backend_of
-    from qjm.client.channel import RemoteLogger, _DataLink
+    from qjm.client.channel import RemoteLogger
+    from qjm.client.threaded_link import ThreadedLink
     from qjm.testing.minicluster import MiniJournalCluster
 
     with MiniJournalCluster(3, str(tmp_path), in_process=True) as c:
@@ -597,7 +595,7 @@ def test_writer_links_follow_the_backend_switch(tmp_path: Path) -> None:
         # sync returns once a majority acked: the third node's link may still be opening.
         links = [lg._link for lg in w.qjm.loggers.loggers if isinstance(lg, RemoteLogger) and lg._link is not None]
         assert len(links) >= 2
-        want = FanoutLink if backend_of("fanout") == "native" else _DataLink
+        want = FanoutLink if backend_of("fanout") == "native" else ThreadedLink
         assert [type(link) for link in links] == [want] * len(links)
         w.close()
         r = qjm.open_reader(c.uri)

@@ -153,12 +153,6 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 # Findings in code another part of the work owns, each with why it is not fixed here.
-OWNED_ELSEWHERE = {
-    "qjm.client.fanout_link: from qjm.client.channel import _DataLink": (
-        "the client transport (client/*) is being redesigned around a public DataLink protocol "
-        "(issue 12); FanoutLink subclasses channel's private _DataLink until then"
-    ),
-}
 PRIVATE_USES = [p for s in SCANS.values() for p in s.private]
 
 
@@ -176,12 +170,7 @@ def test_no_import_cycle() -> None:
 
 
 def test_no_module_uses_another_modules_private_names() -> None:
-    assert [p for p in PRIVATE_USES if p not in OWNED_ELSEWHERE] == []
-
-
-@pytest.mark.xfail(strict=True, reason="; ".join(OWNED_ELSEWHERE.values()))
-def test_no_private_names_in_code_owned_elsewhere() -> None:
-    assert [p for p in PRIVATE_USES if p in OWNED_ELSEWHERE] == []
+    assert PRIVATE_USES == []
 
 
 @pytest.mark.parametrize("module", ["qjm.cli"])

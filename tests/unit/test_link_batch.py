@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from typing import Any, cast
 
 import pytest
@@ -134,3 +135,22 @@ def test_a_timeout_says_how_far_it_got_and_no_nodes_is_an_error() -> None:
     assert e.value.successes == {"a": 4}
     with pytest.raises(QuorumError, match="no nodes"):
         batch(news, 1).wait_for_write_quorum(WAIT, "journal")
+
+
+def test_a_pause_past_the_deadline_does_not_fail_a_batch_acked_right_after() -> None:
+    """The waiting thread stopped for 100 s (the clock jumps) while two nodes were acking: the batch
+    is committed, as QuorumCall's would be (the shared Deadline extends past a pause)."""
+    news = Fanout()
+    a, b, c = FakeLink(), FakeLink(), FakeLink()
+    reads = [0]
+
+    def clock() -> float:
+        reads[0] += 1
+        if reads[0] == 2:  # the first look at the deadline: the thread was stopped before it
+            a.acked = b.acked = 6
+            threading.Thread(target=news.notify, daemon=True).start()
+            return time.monotonic() + 100.0
+        return time.monotonic() + (100.0 if reads[0] > 2 else 0.0)
+
+    lb = LinkBatch(news, 6, {"a": delivered(a), "b": delivered(b), "c": delivered(c)}, clock=clock)
+    assert lb.wait_for_write_quorum(WAIT, "journal") == {"a": 6, "b": 6}

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qjm.client.quorum import QuorumCall, majority
+from qjm.client.quorum import PAUSE_FRACTION, Deadline, QuorumCall, majority
 from qjm.errors import FencedError, InvariantViolation, NodeUnavailableError, QuorumError
 
 NAMES = ["n0", "n1", "n2", "n3", "n4", "n5", "n6"]
@@ -127,14 +127,97 @@ def test_timeout_raises_quorum_error() -> None:
     assert info.value.causes == {}
 
 
-def test_injected_clock_drives_the_deadline() -> None:
-    """A clock that jumps past the deadline times the call out without any real waiting."""
-    ticks = iter([0.0, 1000.0, 2000.0, 3000.0])
-    call = QuorumCall(futures(3), clock=lambda: next(ticks))
+class PausingClock:
+    """time.monotonic, plus a jump of ``pause`` seconds at the ``at``-th reading: the waiting thread
+    was stopped there (GC, SIGSTOP, a suspended VM). ``on_pause`` runs at the jump."""
+
+    def __init__(self, pause: float, at: int, on_pause: Callable[[], object] = lambda: None) -> None:
+        self.pause, self.at, self.on_pause = pause, at, on_pause
+        self.reads = 0
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        self.reads += 1
+        if self.reads == self.at:
+            self.offset += self.pause
+            self.on_pause()
+        return time.monotonic() + self.offset
+
+
+def completer(actions: Iterable[tuple[Future[int], int | BaseException]]) -> Callable[[], threading.Thread]:
+    """Start a thread that completes the futures (QuorumCall's callbacks wait for its lock, so the
+    results land once the caller is parked in its wait)."""
+
+    def run() -> None:
+        for fut, outcome in actions:
+            if isinstance(outcome, BaseException):
+                fut.set_exception(outcome)
+            else:
+                fut.set_result(outcome)
+
+    def start() -> threading.Thread:
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        return t
+
+    return start
+
+
+def test_a_pause_past_the_deadline_does_not_fail_a_call_whose_answers_come_right_after() -> None:
+    """Hadoop's QuorumCall extends the deadline by a pause of the waiting thread (HDFS-10733)."""
+    fs = futures(3)
+    clock = PausingClock(100.0, at=2, on_pause=completer([(fs["n0"], 1), (fs["n1"], 2)]))
+    call = QuorumCall(fs, clock=clock)
+    start = time.monotonic()
+    assert call.wait_for_write_quorum(10.0, "journal") == {"n0": 1, "n1": 2}
+    assert time.monotonic() - start < 5
+
+
+def test_a_pause_extends_the_deadline_by_the_pause_only() -> None:
+    """After the pause the nodes still get the rest of the timeout, not forever."""
+    call = QuorumCall(futures(3), clock=PausingClock(100.0, at=2))
     start = time.monotonic()
     with pytest.raises(QuorumError, match="timed out"):
-        call.wait_for_write_quorum(600.0, "op")
+        call.wait_for_write_quorum(0.2, "journal")
     assert time.monotonic() - start < 5
+
+
+class ScriptedClock:
+    """Readings from a list; ``on_read[i]`` runs at the i-th reading (1-based)."""
+
+    def __init__(self, ticks: list[float], on_read: dict[int, Callable[[], object]]) -> None:
+        self.ticks, self.on_read, self.reads = ticks, on_read, 0
+
+    def __call__(self) -> float:
+        self.reads += 1
+        self.on_read.get(self.reads, lambda: None)()
+        return self.ticks[self.reads - 1]
+
+
+def test_a_short_gap_is_not_a_pause() -> None:
+    """A gap under PAUSE_FRACTION of the timeout is time the nodes had: past the deadline, the call
+    times out at once. (n0's answer wakes the waiter; the clock then says 12 s went by, 10 waited.)"""
+    fs = futures(3)
+    gap = PAUSE_FRACTION * 10.0 - 1.0
+    clock = ScriptedClock([0.0, 0.0, 10.0 + gap], {2: completer([(fs["n0"], 1)])})
+    start = time.monotonic()
+    with pytest.raises(QuorumError, match="timed out"):
+        QuorumCall(fs, clock=clock).wait_for_write_quorum(10.0, "op")
+    assert time.monotonic() - start < 5
+
+
+def test_deadline_moves_by_a_gap_beyond_the_wait_asked_for() -> None:
+    now = [0.0]
+    d = Deadline(10.0, clock=lambda: now[0])
+    assert d.remaining() == 10.0
+    now[0] = 10.0  # the whole wait asked for went by: no pause
+    assert d.remaining() == 0.0 and d.paused == 0.0
+    d2 = Deadline(10.0, clock=lambda: now[0])  # due at 20
+    now[0] = 12.0
+    assert d2.remaining() == 8.0  # a 2 s gap (under 3 s) is time the nodes had
+    now[0] = 12.0 + 8.0 + 50.0  # waited the 8 s asked for, then stopped for 50 s
+    assert d2.remaining() == 0.0
+    assert d2.paused == 50.0 and d2.at == 70.0
 
 
 def test_invariant_violation_is_reraised_at_once() -> None:
@@ -328,25 +411,16 @@ def test_write_quorum_matches_majority_rule(pattern: list[bool], data: st.DataOb
     assert not t.is_alive()
 
 
-class SteppingClock:
-    """A clock that moves one second per reading: any wait with a shorter timeout expires at once."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        self.now += 1.0
-        return self.now
-
-
 def test_stragglers_wait_is_bounded_and_never_an_error() -> None:
     fs = futures(3)
     fs["n0"].set_result(1)
     fs["n1"].set_exception(NodeUnavailableError("down"))
-    call = QuorumCall(fs, clock=SteppingClock())
-    assert call.wait_for_stragglers(0.5, "new_epoch") == {"n0": 1}  # n2 silent: the grace expires
+    call = QuorumCall(fs)
+    start = time.monotonic()
+    assert call.wait_for_stragglers(0.1, "new_epoch") == {"n0": 1}  # n2 silent: the grace expires
+    assert time.monotonic() - start < 5
     fs["n2"].set_result(3)
-    assert call.wait_for_stragglers(0.5, "new_epoch") == {"n0": 1, "n2": 3}
+    assert call.wait_for_stragglers(0.1, "new_epoch") == {"n0": 1, "n2": 3}
 
 
 def test_stragglers_that_answer_while_waited_for_are_included() -> None:

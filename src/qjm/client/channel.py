@@ -1,23 +1,24 @@
 """RemoteLogger: one node over the network (Hadoop IPCLoggerChannel), on both planes.
 
-Control calls run on a single-thread executor, so each node sees them in submission order and
-the serial numbers it checks always increase. Batches go out on a long-lived TCP connection by a
-sender thread and are acknowledged cumulatively by the node; a receiver thread completes their
-futures. A node that fails a batch, or lets its unacknowledged bytes pass the queue limit, is
-out of sync until the next ``start_log_segment`` (design §2.2, §5.1.1).
+A ``RemoteLogger`` is three parts: control calls over gRPC, run on a single-thread executor so the
+node sees them in submission order; the node's state as this writer knows it
+(``qjm.client.node_state.NodeState``: serials, in sync or not, the start backlog, commit notices),
+which decides every step; and a data link per segment (``qjm.client.data_link.DataLink``: the
+native ``FanoutLink`` or the pure ``ThreadedLink``) that carries the batches and their cumulative
+acks. A node that fails a batch, or lets its unacknowledged bytes pass the queue limit, is out of
+sync until the next ``start_log_segment`` (design §2.2, §5.1.1).
 """
 
 from __future__ import annotations
 
-import collections
 import encodings.idna  # noqa: F401  (socket.create_connection encodes host names with it; see below)
+import json
 import logging
-import queue
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, wait
+from functools import partial
 from typing import TypeVar
 
 import grpc
@@ -25,30 +26,25 @@ import xxhash
 
 from qjm import errors
 from qjm._native import backend_of
-from qjm.addresses import reachable_at, split_host_port
+from qjm.addresses import reachable_at
 from qjm.client import shared
+from qjm.client.data_link import DataLink
+from qjm.client.fanout_link import FanoutLink, shared_engine
 from qjm.client.link_batch import Delivery
 from qjm.client.loggers import CallHooks, WriterLife
+from qjm.client.node_state import Held, NodeState, Refusal, Route
+from qjm.client.threaded_link import ThreadedLink
 from qjm.config import NodeAddress, QJMConfig
-from qjm.errors import (
-    FencedError,
-    NodeTooFarBehindError,
-    NodeUnavailableError,
-    OutOfSyncError,
-    QJMError,
-    WriterCrashedError,
-)
-from qjm.protocol import convert, wire
+from qjm.errors import NodeUnavailableError, QJMError, WriterCrashedError
+from qjm.protocol import convert
 from qjm.protocol import qjournal_pb2 as pb
 from qjm.protocol.messages import (
-    NO_TXID,
     EditLogManifest,
     JournaledEdits,
     JournalState,
     NamespaceInfo,
     NewEpochResponse,
     PrepareRecoveryResponse,
-    RequestInfo,
     SegmentState,
 )
 from qjm.protocol.rpcmeta import CLIENT_GRPC_OPTIONS, ERROR_CODE_KEY, rpc_code
@@ -77,171 +73,20 @@ def error_from_rpc(node: str, e: grpc.RpcError) -> QJMError:
     return QJMError(f"{node}: {code}: {details}")
 
 
-class _DataLink:
-    """One TCP connection to a node's data plane: a sender thread, a receiver thread, cumulative acks."""
-
-    def __init__(
-        self,
-        name: str,
-        address: str,
-        journal_id: str,
-        connect_timeout: float,
-        on_ack: Callable[[], None],
-        on_fail: Callable[[_DataLink, BaseException], None],
-    ) -> None:
-        self.name = name
-        self._sock = socket.create_connection(split_host_port(address), timeout=connect_timeout)
-        self._sock.settimeout(None)
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._q: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-        self._pending: collections.deque[tuple[int, Future[int], int]] = collections.deque()
-        self._lock = threading.Lock()
-        self._progress = threading.Condition(self._lock)  # an ack or the failure
-        self._on_ack = on_ack
-        self._on_fail = on_fail
-        self.queued_bytes = 0
-        self._acked = 0
-        self.failed: BaseException | None = None
-        self.closed = False
-        self._q.put(wire.encode_hello(journal_id))
-        self._sender = threading.Thread(target=self._send_loop, name=f"qjm-send-{name}", daemon=True)
-        self._receiver = threading.Thread(target=self._recv_loop, name=f"qjm-recv-{name}", daemon=True)
-        self._sender.start()
-        self._receiver.start()
-
-    def send(self, frame: bytes, last_txid: int, fut: Future[int], commit: bytes | None) -> None:
-        with self._lock:
-            if self.failed is not None:
-                fut.set_exception(self.failed)
-                return
-            self._pending.append((last_txid, fut, len(frame)))
-            self.queued_bytes += len(frame)
-        if commit is not None:
-            self._q.put(commit)
-        self._q.put(frame)
-
-    def send_untracked(self, frame: bytes, last_txid: int, commit: bytes | None) -> None:
-        """Only quiet native links (``FanoutLink``) send without a future."""
-        raise TypeError(f"{type(self).__name__} tracks every batch with a future")
-
-    def last_pending(self) -> Future[int] | None:
-        with self._lock:
-            return self._pending[-1][1] if self._pending else None
-
-    def acked_txid(self) -> int:
-        """Highest txid this node has acknowledged as durable on this link, even after it failed."""
-        return self._acked
-
-    def unacked_bytes(self) -> int:
-        """Bytes of the batches sent on this link that the node has not acknowledged."""
-        with self._lock:
-            return self.queued_bytes
-
-    def wait_for_room(self, nbytes: int, limit: int, stall: float) -> None:
-        """Wait while ``nbytes`` more would put more than ``limit`` bytes in flight, as long as the
-        node keeps acknowledging: a node that acknowledges nothing for ``stall`` seconds is left to
-        the limit (which drops it). Returns as soon as the link has failed."""
-        with self._lock:
-            acked, since = self._acked, time.monotonic()
-            while self.failed is None and self.queued_bytes > 0 and self.queued_bytes + nbytes > limit:
-                now = time.monotonic()
-                if self._acked != acked:
-                    acked, since = self._acked, now
-                elif now - since >= stall:
-                    return
-                self._progress.wait(since + stall - now)
-
-    def wait_idle(self, timeout: float) -> None:
-        """Wait (bounded) until the node has answered every batch sent on this link, or it failed."""
-        last = self.last_pending()
-        if last is not None:
-            wait([last], timeout=timeout)
-
-    def _send_loop(self) -> None:
-        try:
-            while True:
-                msg = self._q.get()
-                if msg is None:
-                    return
-                self._sock.sendall(msg)
-        except OSError as e:
-            self.fail(NodeUnavailableError(f"{self.name}: data plane send failed: {e}"))
-
-    def _recv_loop(self) -> None:
-        buf = bytearray()
-        try:
-            while True:
-                chunk = self._sock.recv(65536)
-                if not chunk:
-                    raise NodeUnavailableError(f"{self.name}: data plane connection closed by the node")
-                buf += chunk
-                while True:
-                    msg, used = wire.parse_reply(buf)
-                    if msg is None:
-                        break
-                    del buf[:used]
-                    if isinstance(msg, wire.Ack):
-                        self._complete(msg.txid)
-                    else:
-                        self._complete(msg.durable_txid)
-                        raise errors.from_code(msg.code, f"{self.name}: {msg.message}")
-        except BaseException as e:
-            if isinstance(e, OSError) and not isinstance(e, QJMError):
-                e = NodeUnavailableError(f"{self.name}: data plane receive failed: {e}")
-            self.fail(e)
-
-    def _complete(self, txid: int) -> None:
-        done: list[Future[int]] = []
-        with self._lock:
-            self._acked = max(self._acked, txid)
-            while self._pending and self._pending[0][0] <= txid:
-                _, fut, n = self._pending.popleft()
-                self.queued_bytes -= n
-                done.append(fut)
-            self._progress.notify_all()
-        for fut in done:
-            if not fut.done():
-                fut.set_result(txid)
-        if done:
-            self._on_ack()
-
-    def fail(self, e: BaseException) -> None:
-        with self._lock:
-            if self.failed is not None:
-                return
-            self.failed = e
-            pending = list(self._pending)
-            self._pending.clear()
-            self.queued_bytes = 0
-            self._progress.notify_all()
-        self.close()
-        for _, fut, _ in pending:
-            if not fut.done():
-                fut.set_exception(e)
-        self._on_fail(self, e)
-
-    def close(self) -> None:
-        """Batches still pending fail (the node may or may not have them); then release the link."""
-        self.closed = True
-        if self.failed is None:
-            self.fail(OutOfSyncError(f"{self.name}: data link closed with batches pending"))
-            return  # fail() closes again, with ``failed`` set
-        self._release()
-
-    def _release(self) -> None:
-        """Stop both threads and close the socket."""
-        self._q.put(None)
-        try:
-            self._sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self._sock.close()
-
-
-def _close_unused_link(fut: Future[_DataLink]) -> None:
+def _close_unused_link(fut: Future[DataLink]) -> None:
     """A link connected for a segment start that failed: nothing will use it."""
     if not fut.cancelled() and fut.exception() is None:
         fut.result().close()
+
+
+def _unavailable(e: BaseException) -> bool:
+    """The call got no reply: refused, cut, or its reply lost (the node may have done it)."""
+    if isinstance(e, grpc.RpcError):
+        return rpc_code(e) == grpc.StatusCode.UNAVAILABLE
+    return isinstance(e, NodeUnavailableError)
+
+
+Ticket = Future[int] | Delivery  # how a batch kept while its segment starts is tracked
 
 
 class RemoteLogger:
@@ -269,39 +114,33 @@ class RemoteLogger:
         self._channel, self._stub = shared.acquire_channel(self._name, _CHANNEL_OPTIONS)
         self._exec = shared.SerialExecutor()  # this node's calls, in order (Hadoop: one thread per logger)
         self._par = shared.PooledExecutor()  # reads, side by side
-        self._epoch = -1
-        self._serial = 0
-        self._committed = NO_TXID
-        self._committed_sent = NO_TXID
-        self._out_of_sync = False
-        self._fenced: FencedError | None = None  # what put the node out of sync, when it was fencing
-        self._unreachable: NodeUnavailableError | None = None  # ... when the node stopped answering
-        self._link: _DataLink | None = None
-        # segments whose start is queued or running → batches sent for them meanwhile
-        self._starting: dict[int, list[tuple[bytes, int, Future[int] | Delivery, bytes | None]]] = {}
-        self._seg_lock = threading.Lock()
-        self._started = threading.Condition(self._seg_lock)  # a pending start succeeded or failed
-        self._backlog_bytes = 0  # of the frames in _starting
-        self._highest_acked = 0
+        self._lock = threading.Lock()  # guards _state and _link
+        self._state: NodeState[Ticket] = NodeState(self._name, journal_id, self.config.queued_edits_limit_bytes)
+        self._started = threading.Condition(self._lock)  # a pending start ended
+        self._link: DataLink | None = None
         self._closed = False
         self._channel_released = False
         self._reachable = False
         self._ping_failed_at = -1e9
         self._data_address = ""  # learnt from get_journal_state: spares a round before each link
 
-    def _rpc(self, method: Callable[..., T], request: object, timeout: float) -> T:
-        """One unary call; a node that refused the connection gets one more chance once it is back.
+    def _rpc(self, op: str, method: Callable[..., T], request: Callable[[], object], timeout: float) -> T:
+        """One unary call; a call that got no reply gets one more chance once the node answers a ping.
 
         A restarted node sits in gRPC's reconnect backoff for a moment: a ping that waits for the
         connection (bounded by ``timeouts.reconnect``) tells a node that is back from one that is
         down, so a dead node fails fast and a returning one is not skipped for a whole segment.
-        Retrying is safe: UNAVAILABLE before a reply means the call never reached the node, and
-        every control call is idempotent or refused harmlessly (a new serial is stamped anyway).
+
+        ``request`` builds the request for each attempt, so a retry carries a fresh serial
+        (``NodeState.request``). The first attempt may have reached the node with only its reply
+        lost; the node then runs the retry as a second, newer call, which every control call
+        tolerates (see ``qjm.client.node_state``). Resending the same serial would be refused as
+        out of order, and the node counted as failed for a call it did.
         """
         try:
-            out = method(request, timeout=timeout)
-        except grpc.RpcError as e:
-            if rpc_code(e) != grpc.StatusCode.UNAVAILABLE:
+            return self._attempt(op, method, request(), timeout)
+        except (grpc.RpcError, NodeUnavailableError) as e:
+            if not _unavailable(e):
                 raise
             self._reachable = False
             if time.monotonic() - self._ping_failed_at < self.config.timeouts.reconnect:
@@ -312,9 +151,19 @@ class RemoteLogger:
             except grpc.RpcError:
                 self._ping_failed_at = time.monotonic()
                 raise e from None
-            out = method(request, timeout=timeout)
+            log.info("%s: %s got no reply; the node answers again: retrying it", self._name, op)
+        return self._attempt(op, method, request(), timeout)
+
+    def _attempt(self, op: str, method: Callable[..., T], request: object, timeout: float) -> T:
+        out = method(request, timeout=timeout)
+        self.hooks.replied(self._name, op)
         self._reachable = True
         return out
+
+    def _request(self) -> pb.RequestInfoProto:
+        with self._lock:
+            info = self._state.request()
+        return convert.req_to_pb(info)
 
     # -- identity / state --------------------------------------------------------------------
 
@@ -328,34 +177,28 @@ class RemoteLogger:
 
     @property
     def out_of_sync(self) -> bool:
-        return self._out_of_sync
+        return self._state.out_of_sync
 
     @property
     def fenced(self) -> bool:
         """Out of sync because this node fenced the writer (a newer writer holds the journal)."""
-        return self._fenced is not None
+        return self._state.fenced is not None
 
     @property
     def highest_acked_txid(self) -> int:
         """The highest txid this node has acknowledged as durable to this writer."""
         link = self._link
         if self.native_acks and link is not None:
-            self._highest_acked = max(self._highest_acked, link.acked_txid())
-        return self._highest_acked
+            self._state.acked(link.acked_txid())
+        return self._state.highest_acked
 
+    # The writer's thread alone sets these (once per epoch, once per commit); the other threads
+    # read plain ints, so no lock is taken on the commit path.
     def set_epoch(self, epoch: int) -> None:
-        self._epoch = epoch
+        self._state.set_epoch(epoch)
 
     def set_committed_txid(self, txid: int) -> None:
-        if txid < self._committed:
-            raise errors.InvariantViolation(f"committed txid moving backward: {txid} < {self._committed}")
-        self._committed = txid
-
-    def _req(self) -> pb.RequestInfoProto:
-        if self._epoch <= 0:
-            raise errors.QJMError(f"{self._name}: no epoch yet; fence (recover) before writing")
-        self._serial += 1
-        return convert.req_to_pb(RequestInfo(self.journal_id, self._epoch, self._serial, self._committed))
+        self._state.set_committed(txid)
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -380,25 +223,32 @@ class RemoteLogger:
                 raise
             return result
 
-        return (self._par if parallel else self._exec).submit(run)
+        try:
+            return (self._par if parallel else self._exec).submit(run)
+        except RuntimeError:  # the logger is closed: the call never runs
+            fut: Future[T] = Future()
+            fut.set_exception(NodeUnavailableError(f"{self._name}: {op} not sent: this writer closed the node"))
+            return fut
 
     # -- control plane -----------------------------------------------------------------------
+
+    def _jid(self) -> pb.JournalIdRequest:
+        return pb.JournalIdRequest(journal_id=self.journal_id)
 
     def is_formatted(self) -> Future[bool]:
         t = self.config.timeouts.operations
         return self._call(
             "is_formatted",
-            lambda: self._rpc(self._stub.IsFormatted, pb.JournalIdRequest(journal_id=self.journal_id), t).formatted,
+            lambda: self._rpc("is_formatted", self._stub.IsFormatted, self._jid, t).formatted,
             writer=False,
         )
 
     def format(self, ns: NamespaceInfo, force: bool) -> Future[None]:
         t = self.config.timeouts.operations
+        req = pb.FormatRequest(journal_id=self.journal_id, ns=convert.ns_to_pb(ns), force=force)
 
         def go() -> None:
-            self._rpc(
-                self._stub.Format, pb.FormatRequest(journal_id=self.journal_id, ns=convert.ns_to_pb(ns), force=force), t
-            )
+            self._rpc("format", self._stub.Format, lambda: req, t)
 
         return self._call("format", go, writer=False)
 
@@ -406,9 +256,7 @@ class RemoteLogger:
         t = self.config.timeouts.get_journal_state
 
         def go() -> JournalState:
-            st = convert.state_from_pb(
-                self._rpc(self._stub.GetJournalState, pb.JournalIdRequest(journal_id=self.journal_id), t)
-            )
+            st = convert.state_from_pb(self._rpc("get_journal_state", self._stub.GetJournalState, self._jid, t))
             self._data_address = reachable_at(st.data_address, self.address.host)
             return st
 
@@ -416,13 +264,10 @@ class RemoteLogger:
 
     def new_epoch(self, ns: NamespaceInfo, epoch: int) -> Future[NewEpochResponse]:
         t = self.config.timeouts.new_epoch
+        req = pb.NewEpochRequest(journal_id=self.journal_id, ns=convert.ns_to_pb(ns), epoch=epoch)
 
         def go() -> NewEpochResponse:
-            reply = self._rpc(
-                self._stub.NewEpoch,
-                pb.NewEpochRequest(journal_id=self.journal_id, ns=convert.ns_to_pb(ns), epoch=epoch),
-                t,
-            )
+            reply = self._rpc("new_epoch", self._stub.NewEpoch, lambda: req, t)
             if reply.data_address:
                 self._data_address = reachable_at(reply.data_address, self.address.host)
             return convert.new_epoch_from_pb(reply)
@@ -434,101 +279,85 @@ class RemoteLogger:
 
         Batches sent before the node has answered wait in a backlog, so the node never sees a frame
         of the segment before the segment itself (Hadoop gets this from one executor per node).
+        However the call ends, the start ends with it: a start that fails, even before it reaches
+        the node, leaves the node out of sync for this segment at once (``_start_ended``).
         """
         t = self.config.timeouts.start_segment
-        with self._seg_lock:
-            self._starting[txid] = []  # from now on batches belong to the new segment
+        with self._lock:
+            self._state.start_begun(txid)
 
         def go() -> None:
-            with self._seg_lock:
+            with self._lock:
                 old, self._link = self._link, None
             if old is not None:
                 old.close()  # calls queued before this one (a finalize) have run: FIFO executor
-            connecting: Future[_DataLink] | None = None
+            connecting: Future[DataLink] | None = None
             try:
                 # Connect the data plane while the node starts the segment (one round less on the
                 # way to the first commit); no frame is sent on it before the start succeeded.
                 connecting = self._par.submit(self._open_link)
-                self._rpc(self._stub.StartLogSegment, pb.StartLogSegmentRequest(req=self._req(), txid=txid), t)
+                self._rpc(
+                    "start_log_segment",
+                    self._stub.StartLogSegment,
+                    lambda: pb.StartLogSegmentRequest(req=self._request(), txid=txid),
+                    t,
+                )
                 link = connecting.result()
-            except BaseException as e:
+            except BaseException:
                 if connecting is not None:
                     connecting.add_done_callback(_close_unused_link)
-                self._drop_backlog(txid, e if isinstance(e, QJMError) else NodeUnavailableError(f"{self._name}: {e}"))
                 raise
-            with self._seg_lock:
-                dropped = txid not in self._starting
-                if not dropped:
-                    # A successful start brings an out-of-sync node back for the new segment (reference §3.2).
+            with self._lock:
+                backlog = self._state.start_succeeded(txid)
+                if backlog is not None:
                     self._link = link
-                    self._out_of_sync = False
-                    self._fenced = None
-                    self._unreachable = None
-                    backlog = self._take_backlog(txid)
-                    for frame, last, fut, commit in backlog:
-                        if isinstance(fut, Delivery):
-                            link.send_untracked(frame, last, commit)
-                            fut.link = link
+                    for h in backlog:
+                        if isinstance(h.ticket, Delivery):
+                            link.send_untracked(h.frame, h.last_txid, h.commit)
+                            h.ticket.link = link
                         else:
-                            link.send(frame, last, fut, commit)
-            if dropped:
-                # Its backlog passed the queue limit while it started: it sits this segment out,
-                # like a node dropped on a full send queue.
-                link.close()
+                            link.send(h.frame, h.last_txid, h.ticket, h.commit)
+                self._started.notify_all()
+            if backlog is None:
+                link.close()  # dropped while it started: it sits this segment out
                 return
             if backlog and self.native_acks:
                 self._wake_counters()
 
-        return self._call("start_log_segment", go)
+        fut = self._call("start_log_segment", go)
+        fut.add_done_callback(partial(self._start_ended, txid))
+        return fut
 
-    def _drop_backlog(self, txid: int, e: QJMError) -> None:
-        with self._seg_lock:
-            backlog = self._take_backlog(txid)
-            self._lose_sync(e)
-        for _, _, fut, _ in backlog:
-            if isinstance(fut, Delivery):
-                fut.error = e
-            elif not fut.done():
-                fut.set_exception(e)
-        if backlog and self.native_acks:
+    def _start_ended(self, txid: int, fut: Future[None]) -> None:
+        """A start that did not succeed, wherever it failed, ends here: the batches kept for it fail."""
+        if fut.cancelled():
+            cause: BaseException = NodeUnavailableError(f"{self._name}: start_log_segment({txid}) never ran")
+        else:
+            exc = fut.exception()
+            if exc is None:
+                return
+            cause = exc
+        e = cause if isinstance(cause, QJMError) else NodeUnavailableError(f"{self._name}: {cause}")
+        with self._lock:
+            dropped = self._state.start_failed(txid, e)
+            self._started.notify_all()
+            error = self._state.not_in_sync(f"; segment {txid} did not start ({type(e).__name__}: {e})")
+        if not isinstance(e, WriterCrashedError):
+            log.warning("%s: start of segment %d failed (%s); out of sync until the next segment", self._name, txid, e)
+        self._fail_held(dropped, error)
+
+    def _fail_held(self, held: list[Held[Ticket]], e: BaseException) -> None:
+        for h in held:
+            if isinstance(h.ticket, Delivery):
+                h.ticket.error = e
+            elif not h.ticket.done():
+                h.ticket.set_exception(e)
+        if held and self.native_acks:
             self._wake_counters()
-
-    def _backlog_full(self, nbytes: int) -> NodeTooFarBehindError | None:
-        """The error for a batch that would put the backlog of a segment being started past the
-        queue limit (seg lock held): a node stuck in its start is dropped like one that stopped
-        acknowledging, instead of the writer keeping every batch for it."""
-        limit = self.config.queued_edits_limit_bytes
-        if self._backlog_bytes == 0 or self._backlog_bytes + nbytes <= limit:
-            return None
-        return NodeTooFarBehindError(
-            f"{self._name}: {self._backlog_bytes} bytes kept while the node starts segment "
-            f"{next(reversed(self._starting))}; a batch of {nbytes} would pass the limit of {limit}"
-        )
-
-    def _drop_starting(self, e: QJMError) -> None:
-        """Fail the batches kept for every segment being started: the node sits this segment out."""
-        with self._seg_lock:
-            pending = list(self._starting)
-        for txid in pending:
-            self._drop_backlog(txid, e)
-
-    def _hold(self, frame: bytes, last_txid: int, fut: Future[int] | Delivery, commit: bytes | None) -> None:
-        """Keep a batch for the segment being started (seg lock held)."""
-        self._starting[next(reversed(self._starting))].append((frame, last_txid, fut, commit))
-        self._backlog_bytes += len(frame)
-
-    def _take_backlog(self, txid: int) -> list[tuple[bytes, int, Future[int] | Delivery, bytes | None]]:
-        """The batches kept for segment ``txid``, whose start is over (seg lock held)."""
-        backlog = self._starting.pop(txid, [])
-        self._backlog_bytes -= sum(len(b[0]) for b in backlog)
-        self._started.notify_all()
-        return backlog
 
     @staticmethod
     def _wake_counters() -> None:
         """Deliveries changed outside the engine: threads counting a batch's quorum look again."""
-        from qjm.client.fanout_link import shared_engine
-
         shared_engine().fanout.notify()
 
     def finalize_log_segment(self, start: int, end: int, copy_epoch: int = 0) -> Future[None]:
@@ -538,11 +367,18 @@ class RemoteLogger:
             # Batches and control calls travel on different connections: let this node's batches
             # land first, so it is finalized in the order Hadoop's single executor would give.
             self.wait_for_batches(t)
-            if self._out_of_sync:
-                raise self._not_in_sync(f"; not finalizing {start}-{end}")
+            with self._lock:
+                refusal = (
+                    self._state.not_in_sync(f"; not finalizing {start}-{end}") if self._state.out_of_sync else None
+                )
+            if refusal is not None:
+                raise refusal
             self._rpc(
+                "finalize_log_segment",
                 self._stub.FinalizeLogSegment,
-                pb.FinalizeLogSegmentRequest(req=self._req(), start_txid=start, end_txid=end, copy_epoch=copy_epoch),
+                lambda: pb.FinalizeLogSegmentRequest(
+                    req=self._request(), start_txid=start, end_txid=end, copy_epoch=copy_epoch
+                ),
                 t,
             )
 
@@ -552,30 +388,38 @@ class RemoteLogger:
         t = self.config.timeouts.operations
 
         def go() -> None:
-            self._rpc(self._stub.PurgeLogs, pb.PurgeLogsRequest(req=self._req(), min_txid_to_keep=min_txid_to_keep), t)
+            self._rpc(
+                "purge_logs",
+                self._stub.PurgeLogs,
+                lambda: pb.PurgeLogsRequest(req=self._request(), min_txid_to_keep=min_txid_to_keep),
+                t,
+            )
 
         return self._call("purge_logs", go)
 
     def prepare_recovery(self, segment: int) -> Future[PrepareRecoveryResponse]:
         t = self.config.timeouts.prepare_recovery
-        return self._call(
-            "prepare_recovery",
-            lambda: convert.prepare_from_pb(
-                self._rpc(
-                    self._stub.PrepareRecovery, pb.PrepareRecoveryRequest(req=self._req(), segment_txid=segment), t
-                )
-            ),
-        )
+
+        def go() -> PrepareRecoveryResponse:
+            reply = self._rpc(
+                "prepare_recovery",
+                self._stub.PrepareRecovery,
+                lambda: pb.PrepareRecoveryRequest(req=self._request(), segment_txid=segment),
+                t,
+            )
+            return convert.prepare_from_pb(reply)
+
+        return self._call("prepare_recovery", go)
 
     def accept_recovery(self, state: SegmentState, source_url: str) -> Future[None]:
         t = self.config.timeouts.accept_recovery
+        seg = convert.seg_to_pb(state)
 
         def go() -> None:
             self._rpc(
+                "accept_recovery",
                 self._stub.AcceptRecovery,
-                pb.AcceptRecoveryRequest(
-                    req=self._req(), state_to_accept=convert.seg_to_pb(state), from_url=source_url
-                ),
+                lambda: pb.AcceptRecoveryRequest(req=self._request(), state_to_accept=seg, from_url=source_url),
                 t,
             )
 
@@ -586,7 +430,9 @@ class RemoteLogger:
         req = pb.ManifestRequest(journal_id=self.journal_id, since_txid=since, in_progress_ok=in_progress_ok)
         return self._call(
             "get_edit_log_manifest",
-            lambda: convert.manifest_from_pb(self._rpc(self._stub.GetEditLogManifest, req, t)),
+            lambda: convert.manifest_from_pb(
+                self._rpc("get_edit_log_manifest", self._stub.GetEditLogManifest, lambda: req, t)
+            ),
             parallel=True,
             writer=False,
         )
@@ -596,7 +442,7 @@ class RemoteLogger:
         req = pb.JournaledEditsRequest(journal_id=self.journal_id, since_txid=since, max_txns=max_txns)
 
         def go() -> JournaledEdits:
-            r = self._rpc(self._stub.GetJournaledEdits, req, t)
+            r = self._rpc("get_journaled_edits", self._stub.GetJournaledEdits, lambda: req, t)
             return JournaledEdits(r.txn_count, r.frames)
 
         return self._call("get_journaled_edits", go, parallel=True, writer=False)
@@ -623,24 +469,17 @@ class RemoteLogger:
         raise NodeUnavailableError(f"{self._name}: download of segment {segment} ended early")
 
     def status(self) -> Future[dict[str, object]]:
-        import json
-
+        t = self.config.timeouts.connect
         return self._call(
             "status",
-            lambda: dict(
-                json.loads(
-                    self._rpc(
-                        self._stub.Status, pb.JournalIdRequest(journal_id=self.journal_id), self.config.timeouts.connect
-                    ).json
-                )
-            ),
+            lambda: dict(json.loads(self._rpc("status", self._stub.Status, self._jid, t).json)),
             parallel=True,
             writer=False,
         )
 
     # -- data plane --------------------------------------------------------------------------
 
-    def _open_link(self) -> _DataLink:
+    def _open_link(self) -> DataLink:
         """Connect the data plane, at the address fencing learnt; asked afresh if that one fails
         (a node restarted with another data port)."""
         if self._data_address:
@@ -649,116 +488,72 @@ class RemoteLogger:
             except NodeUnavailableError as e:
                 if not isinstance(e.__cause__, ConnectionRefusedError):
                     raise  # unreachable: asking the node again would only wait twice
-        st = self._rpc(
-            self._stub.GetJournalState, pb.JournalIdRequest(journal_id=self.journal_id), self.config.timeouts.connect
-        )
+        st = self._rpc("get_journal_state", self._stub.GetJournalState, self._jid, self.config.timeouts.connect)
         self._data_address = reachable_at(st.data_address, self.address.host)
         return self._connect_link(self._data_address)
 
-    def _connect_link(self, data_address: str) -> _DataLink:
+    def _connect_link(self, data_address: str) -> DataLink:
         try:
             if backend_of("fanout") == "native":
                 # The native fan-out: one epoll thread for every node's link (qjm.client.fanout_link).
-                from qjm.client.fanout_link import FanoutLink
-
                 return FanoutLink(
                     self._name,
                     data_address,
                     self.journal_id,
                     self.config.timeouts.connect,
-                    on_ack=lambda: None,
-                    on_fail=self._link_failed,
+                    self._link_failed,
                     max_count=max(1024, 16 * self.config.max_inflight_batches),
                     max_bytes=self.config.queued_edits_limit_bytes or 1,
                     report_acks=not self.native_acks,
                 )
-            return _DataLink(
-                self._name,
-                data_address,
-                self.journal_id,
-                self.config.timeouts.connect,
-                on_ack=lambda: None,
-                on_fail=self._link_failed,
+            return ThreadedLink(
+                self._name, data_address, self.journal_id, self.config.timeouts.connect, self._link_failed
             )
         except OSError as e:
             raise NodeUnavailableError(f"{self._name}: cannot reach the data plane at {data_address}: {e}") from e
 
-    def _link_failed(self, link: _DataLink, e: BaseException) -> None:
-        with self._seg_lock:
+    def _link_failed(self, link: DataLink, e: BaseException) -> None:
+        with self._lock:
             if link is not self._link:
                 return  # an old segment's link, closed on purpose
-            self._lose_sync(e)
+            self._state.lose_sync(e)
         if not self._closed:
             if isinstance(e, NodeUnavailableError):
                 log.warning("%s: unreachable (%s); no batches to it until the next segment", self._name, e)
             else:
                 log.warning("%s: batches failed (%s); out of sync until the next segment", self._name, e)
 
-    def _lose_sync(self, e: BaseException) -> None:
-        """The node takes no more batches this segment; remember whether fencing or an unreachable
-        node did it, so that later refusals say so."""
-        self._out_of_sync = True
-        if isinstance(e, FencedError):
-            self._fenced = e
-        elif isinstance(e, NodeUnavailableError) and self._unreachable is None:
-            self._unreachable = e
-
-    def _not_in_sync(self, detail: str = "") -> QJMError:
-        """The error for a batch or finalize this node cannot take. A node out of sync because it
-        fenced this writer says so: told only "out of sync", a writer whose batch reached a majority
-        before the fencing would report a lost quorum, not that a newer writer holds the journal."""
-        f = self._fenced
-        if f is not None:
-            return FencedError(
-                f"{self._name}: fenced earlier in this segment ({f}){detail}",
-                request_epoch=f.request_epoch,
-                promised_epoch=f.promised_epoch,
-            )
-        u = self._unreachable
-        if u is not None:
-            return NodeUnavailableError(
-                f"{self._name}: unreachable ({u}); no batches to it until the next segment{detail}"
-            )
-        return OutOfSyncError(f"{self._name}: out of sync until the next segment{detail}")
+    def _refused(self, r: Refusal[Ticket]) -> QJMError:
+        """Carry out a refusal (lock not held): fail what it dropped, close the link if it says so."""
+        self._fail_held(r.dropped, r.error)
+        if r.close_link:
+            self._close_link()
+        return r.error
 
     def send_batch(self, frame: bytes, first_txid: int, last_txid: int) -> Future[int]:
         fut: Future[int] = Future()
         try:
             self.life.check()
             self.hooks.before(self._name, "journal")
-            with self._seg_lock:
-                if self._out_of_sync and not self._starting:  # a pending start may bring the node back
-                    raise self._not_in_sync()
-                link = self._link
-                queued = link.queued_bytes if link is not None else 0
-                limit = self.config.queued_edits_limit_bytes
-                if queued > 0 and queued + len(frame) > limit:
-                    self._out_of_sync = True
-                    raise NodeTooFarBehindError(
-                        f"{self._name}: {queued} bytes unacknowledged; a batch of {len(frame)} would pass the "
-                        f"limit of {limit}"
-                    )
-                if self._starting:
-                    full = self._backlog_full(len(frame))
-                    if full is not None:
-                        raise full
-                commit = self._commit_notice()
-                fut.add_done_callback(self._on_batch_done)
-                if self._starting:
-                    self._hold(frame, last_txid, fut, commit)
-                elif link is not None:
-                    link.send(frame, last_txid, fut, commit)
-                else:
-                    self._out_of_sync = True
-                    raise OutOfSyncError(f"{self._name}: no data link; out of sync until the next segment")
         except QJMError as e:
             if not isinstance(e, WriterCrashedError):
-                self._lose_sync(e)
-                if isinstance(e, NodeTooFarBehindError):
-                    self._drop_starting(e)
-                    self._close_link()
-            if not fut.done():
-                fut.set_exception(e)
+                with self._lock:
+                    self._state.lose_sync(e)
+            fut.set_exception(e)
+            return fut
+        with self._lock:
+            link = self._link
+            in_flight = link.unacked_bytes() if link is not None else 0
+            route = self._state.route(len(frame), in_flight, link is not None)
+            if not isinstance(route, Refusal):
+                commit = self._state.commit_notice()
+                fut.add_done_callback(self._on_batch_done)
+                if route is Route.HOLD:
+                    self._state.hold(Held(frame, last_txid, fut, commit))
+                elif link is not None:
+                    link.send(frame, last_txid, fut, commit)
+        if isinstance(route, Refusal):
+            fut.set_exception(self._refused(route))
         return fut
 
     def deliver_batch(self, frame: bytes, first_txid: int, last_txid: int) -> Delivery:
@@ -769,34 +564,26 @@ class RemoteLogger:
         """
         try:
             self.life.check()
-            with self._seg_lock:
-                if self._out_of_sync and not self._starting:  # a pending start may bring the node back
-                    raise self._not_in_sync()
-                link = self._link
-                if self._starting:
-                    full = self._backlog_full(len(frame))
-                    if full is not None:
-                        raise full
-                commit = self._commit_notice()
-                if self._starting:
+        except WriterCrashedError as e:
+            return Delivery(error=e)
+        with self._lock:
+            link = self._link
+            route = self._state.route(len(frame), 0, link is not None)
+            if not isinstance(route, Refusal):
+                commit = self._state.commit_notice()
+                if route is Route.HOLD:
                     pending = Delivery()
-                    self._hold(frame, last_txid, pending, commit)
+                    self._state.hold(Held(frame, last_txid, pending, commit))
                     return pending
-                if link is None:
-                    raise OutOfSyncError(f"{self._name}: no data link; out of sync until the next segment")
+                assert link is not None
                 link.send_untracked(frame, last_txid, commit)
                 return Delivery(link)
-        except QJMError as e:
-            if not isinstance(e, WriterCrashedError):
-                self._lose_sync(e)
-                if isinstance(e, NodeTooFarBehindError):
-                    self._drop_starting(e)
-            return Delivery(error=e)
+        return Delivery(error=self._refused(route))
 
     def unacked_bytes(self) -> int:
         """Bytes sent to this node (or kept for the segment it is starting) not acknowledged yet."""
-        with self._seg_lock:
-            link, backlog = self._link, self._backlog_bytes
+        with self._lock:
+            link, backlog = self._link, self._state.backlog_bytes
         return backlog + (link.unacked_bytes() if link is not None else 0)
 
     def pace(self, nbytes: int) -> None:
@@ -810,24 +597,23 @@ class RemoteLogger:
         if stall <= 0:
             return
         limit = self.config.queued_edits_limit_bytes
-        if self._starting:  # rare: batches kept while the node starts the segment all go out at once
-            with self._seg_lock:
+        st = self._state
+        if st.starting:  # rare: batches kept while the node starts the segment all go out at once
+            with self._lock:
                 deadline = time.monotonic() + stall
-                while self._starting and self._backlog_bytes > 0 and self._backlog_bytes + nbytes > limit:
+                while st.starting and st.backlog_bytes > 0 and st.backlog_bytes + nbytes > limit:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         return
                     self._started.wait(remaining)
         link = self._link
-        if link is not None and not self._starting:
+        if link is not None and not st.starting:
             link.wait_for_room(nbytes, limit, stall)
 
-    def _commit_notice(self) -> bytes | None:
-        """The COMMIT message to send ahead of the next batch, if the committed txid moved (lock held)."""
-        if self._committed <= self._committed_sent:
-            return None
-        self._committed_sent = self._committed
-        return wire.encode_commit(self._epoch, self._committed)
+    def wait_for_start(self, timeout: float) -> None:
+        """Wait (bounded) until no segment start is pending (its batches are held until it ends)."""
+        with self._lock:
+            self._started.wait_for(lambda: not self._state.starting, timeout)
 
     def wait_for_batches(self, timeout: float) -> None:
         """Wait (bounded) until this node has answered every batch sent to it, or its link failed."""
@@ -836,7 +622,7 @@ class RemoteLogger:
             link.wait_idle(timeout)
 
     def _close_link(self) -> None:
-        with self._seg_lock:
+        with self._lock:
             link, self._link = self._link, None
         if link is not None:
             link.close()
@@ -844,7 +630,7 @@ class RemoteLogger:
     def _on_batch_done(self, fut: Future[int]) -> None:
         if fut.cancelled() or fut.exception() is not None:
             return
-        self._highest_acked = max(self._highest_acked, fut.result())
+        self._state.acked(fut.result())
         try:
             self.hooks.after(self._name, "journal")
         except WriterCrashedError as e:
@@ -861,7 +647,7 @@ class RemoteLogger:
         self._close_link()
         self._exec.shutdown(cancel_futures=True)
         self._par.shutdown(cancel_futures=True)
-        with self._seg_lock:
+        with self._lock:
             release, self._channel_released = not self._channel_released, True
         if release:
             shared.release_channel(self._name, _CHANNEL_OPTIONS)

@@ -1,8 +1,8 @@
 """The writer's data link to one node on the shared fan-out engine (``qjm._native.fanout``).
 
-``FanoutLink`` has the interface of ``channel._DataLink`` (it subclasses it so the type checker
-holds it to that interface) but no threads of its own: every link of the process registers its
-socket with one ``Fanout`` engine whose loop runs in a single thread without the GIL. A batch is
+``FanoutLink`` is a ``qjm.client.data_link.DataLink`` with no threads of its own: every link of
+the process registers its socket with one ``Fanout`` engine whose loop runs in a single thread
+without the GIL. A batch is
 written from the sender's thread at once when the socket has room; the loop writes the rest,
 parses the node's cumulative acks and calls back here, and the link completes its futures, which
 feed each batch's ``QuorumCall`` (design §1.3). A quiet link (``report_acks=False``) has no futures:
@@ -14,21 +14,20 @@ and ``RemoteLogger`` marks the node out of sync until its next segment (style-an
 
 from __future__ import annotations
 
-import collections
 import logging
 import os
 import socket
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import Future
 from types import ModuleType
 
 from qjm import errors
 from qjm._native import fanout
 from qjm.addresses import split_host_port
-from qjm.client.channel import _DataLink
-from qjm.errors import CorruptFrameError, NodeTooFarBehindError, NodeUnavailableError
+from qjm.client.data_link import LinkFailed, PendingBatches, encode_commit
+from qjm.client.node_state import CommitNotice
+from qjm.errors import CorruptFrameError, NodeTooFarBehindError, NodeUnavailableError, OutOfSyncError
 from qjm.protocol import wire
 
 log = logging.getLogger("qjm.fanout")
@@ -104,7 +103,7 @@ def shared_engine() -> Engine:
         return _shared
 
 
-class FanoutLink(_DataLink):
+class FanoutLink:
     """One node's data-plane connection, served by the shared fan-out engine."""
 
     def __init__(
@@ -113,27 +112,21 @@ class FanoutLink(_DataLink):
         address: str,
         journal_id: str,
         connect_timeout: float,
-        on_ack: Callable[[], None],
-        on_fail: Callable[[_DataLink, BaseException], None],
+        on_fail: LinkFailed,
         *,
         max_count: int = DEFAULT_WINDOW_COUNT,
         max_bytes: int = DEFAULT_WINDOW_BYTES,
         engine: Engine | None = None,
         report_acks: bool = True,
     ) -> None:
-        # _DataLink.__init__ is not called: it would start the two threads this class replaces.
         self.name = name
         self._sock = socket.create_connection(split_host_port(address), timeout=connect_timeout)
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._pending: collections.deque[tuple[int, Future[int], int]] = collections.deque()
-        self._lock = threading.Lock()
-        self._progress = threading.Condition(self._lock)  # the base class's _complete and fail notify it
-        self._on_ack = on_ack
+        self._batches = PendingBatches()  # loud links: a future per batch
+        self._lock = self._batches.lock
         self._on_fail = on_fail
-        self.queued_bytes = 0
-        self.failed: BaseException | None = None
+        self.failed: BaseException | None = None  # set with the PendingBatches' failure
         self.closed = False
-        self._acked = 0  # loud links: the base class's _complete keeps it
         self._max_count = max_count
         self._last_sent = 0  # quiet links: the newest batch handed to the engine
         self._final_acked = 0  # what the node had acked when the link left the engine
@@ -145,24 +138,22 @@ class FanoutLink(_DataLink):
             self._sock.close()
             raise
 
-    def send(self, frame: bytes, last_txid: int, fut: Future[int], commit: bytes | None) -> None:
+    def send(self, frame: bytes, last_txid: int, fut: Future[int], commit: CommitNotice | None) -> None:
         with self._lock:
-            if self.failed is not None:
-                fut.set_exception(self.failed)
+            if not self._batches.add(last_txid, fut, len(frame)):
                 return
-            self._pending.append((last_txid, fut, len(frame)))
-            self.queued_bytes += len(frame)
             # A refusal (full window, broken socket) comes back through the engine's loop thread:
             # the caller holds RemoteLogger's lock, which the on_fail handler takes.
-            self._engine.fanout.send(self._id, frame, last_txid, commit)
+            self._engine.fanout.send(self._id, frame, last_txid, encode_commit(commit))
 
-    def send_untracked(self, frame: bytes, last_txid: int, commit: bytes | None) -> None:
+    def send_untracked(self, frame: bytes, last_txid: int, commit: CommitNotice | None) -> None:
         """Send a batch on a quiet link: its outcome is read from ``acked_txid`` and ``failed``."""
         with self._lock:
             if self.failed is not None:
                 return
             self._last_sent = last_txid
-            self._engine.fanout.send(self._id, frame, last_txid, commit)
+            notice = None if commit is None else wire.encode_commit(*commit)
+            self._engine.fanout.send(self._id, frame, last_txid, notice)
 
     def acked_txid(self) -> int:
         """Highest txid this node has acknowledged as durable on this link, even after it failed."""
@@ -202,8 +193,8 @@ class FanoutLink(_DataLink):
             fanout.wait_news(seen, since + stall - now)
 
     def wait_idle(self, timeout: float) -> None:
-        if self._pending or not self._last_sent:
-            super().wait_idle(timeout)
+        if self._batches or not self._last_sent:
+            self._batches.wait_idle(timeout)
             return
         fanout = self._engine.fanout
         deadline = time.monotonic() + timeout
@@ -217,13 +208,24 @@ class FanoutLink(_DataLink):
             fanout.wait_news(seen, remaining)
 
     def fail(self, e: BaseException) -> None:
-        super().fail(e)
+        """End the link: its pending batches fail with ``e``; it leaves the engine."""
+        if not self._batches.fail(e):
+            return
+        self.failed = e
+        self.closed = True
+        self._release()
+        self._on_fail(self, e)
         self._engine.fanout.notify()  # threads counting a quorum over this link look again
+
+    def close(self) -> None:
+        self.closed = True
+        self.fail(OutOfSyncError(f"{self.name}: data link closed with batches pending"))
+        self._release()
 
     def _on_event(self, acked: int, code: str, detail: object) -> None:
         """From the engine's thread: ``acked`` is the node's cumulative ack; ``code`` a failure."""
         if acked:
-            self._complete(acked)
+            self._batches.complete(acked)
         if code:
             self.fail(self._error(code, detail))
 
@@ -245,7 +247,7 @@ class FanoutLink(_DataLink):
         return NodeUnavailableError(f"{self.name}: data plane failed ({code})")
 
     def _release(self) -> None:
-        """Leave the engine and close the socket (``close`` has failed what was pending)."""
+        """Leave the engine and close the socket (``fail`` has failed what was pending); again is harmless."""
         with self._lock:
             link_id, self._id = self._id, -1
             if link_id >= 0:

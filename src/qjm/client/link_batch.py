@@ -17,13 +17,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-from qjm.client.quorum import majority
+from qjm.client.data_link import DataLink
+from qjm.client.quorum import Deadline, Outcome, majority, tally
 from qjm.errors import InvariantViolation, QuorumError
-
-if TYPE_CHECKING:
-    from qjm.client.channel import _DataLink
 
 __all__ = ["Delivery", "LinkBatch", "NewsSource"]
 
@@ -41,7 +39,7 @@ class Delivery:
 
     __slots__ = ("error", "link")
 
-    def __init__(self, link: _DataLink | None = None, error: BaseException | None = None) -> None:
+    def __init__(self, link: DataLink | None = None, error: BaseException | None = None) -> None:
         self.link = link
         self.error = error
 
@@ -86,18 +84,19 @@ class LinkBatch:
 
     def _wait(self, need: int, timeout: float, op: str) -> dict[str, int]:
         n = len(self._deliveries)
-        deadline = self._clock() + timeout
+        deadline = Deadline(timeout, self._clock)
         while True:
             seen = self._news.news()  # before looking: news that lands meanwhile ends the wait below
             ok, lost = self.outcome()
             for name in sorted(lost):
                 if isinstance(lost[name], InvariantViolation):
                     raise lost[name]
-            if len(ok) >= need:
+            outcome = tally(n, need, len(ok), len(lost))
+            if outcome is Outcome.WON:
                 return ok
-            if len(lost) > n - need:
+            if outcome is Outcome.LOST:
                 raise QuorumError(f"{op}: {len(ok)} of {n} nodes succeeded, {need} needed", successes=ok, causes=lost)
-            remaining = deadline - self._clock()
+            remaining = deadline.remaining()
             if remaining <= 0:
                 raise QuorumError(
                     f"{op}: timed out after {timeout:g}s waiting for nodes to respond "

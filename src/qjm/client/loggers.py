@@ -1,18 +1,19 @@
 """Loggers: the client's view of one node (Hadoop AsyncLogger) and of all of them (AsyncLoggerSet).
 
 Every call returns a ``Future`` at once; ``LoggerSet`` fans a call out and wraps the futures in a
-``QuorumCall``. ``RemoteLogger`` (``qjm.client.channel``) talks gRPC + TCP to a real node; the
-simulation supplies in-process loggers with the same interface.
+``QuorumCall``. ``RemoteLogger`` (``qjm.client.channel``, gathered by ``qjm.client.remote``) talks
+gRPC + TCP to a real node; the simulation supplies in-process loggers with the same interface.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from typing import Protocol, TypeVar
 
-from qjm.client.quorum import QuorumCall, majority
+from qjm.client.quorum import BatchCall, QuorumCall, majority
 from qjm.errors import WriterCrashedError
 from qjm.protocol.messages import (
     EditLogManifest,
@@ -30,12 +31,17 @@ T = TypeVar("T")
 class CallHooks:
     """Client-side fault points, per node and per operation; no-ops here (see ``qjm.testing.faults``).
 
-    ``before`` may raise to fail a call before anything is sent. ``after`` runs once the node has
-    answered; raising ``WriterCrashedError`` there models a writer that dies right after that reply.
+    ``before`` may raise to fail a call before anything is sent. ``replied`` runs as each attempt
+    of a control call gets its reply; raising ``NodeUnavailableError`` there models a reply lost on
+    the way (the node did the call). ``after`` runs once the node has answered; raising
+    ``WriterCrashedError`` there models a writer that dies right after that reply.
     """
 
     def before(self, node: str, op: str) -> None:
         """Called before ``op`` is sent to ``node``."""
+
+    def replied(self, node: str, op: str) -> None:
+        """Called when ``node``'s reply to one attempt of control call ``op`` arrives."""
 
     def after(self, node: str, op: str) -> None:
         """Called after ``node`` answered ``op`` successfully."""
@@ -147,10 +153,12 @@ class LoggerSet:
     def call(self, fn: Callable[[Logger], Future[T]]) -> QuorumCall[T]:
         return QuorumCall({lg.name: fn(lg) for lg in self.loggers})
 
+    def send_batch(self, frame: bytes, first_txid: int, last_txid: int) -> BatchCall:
+        """Send one batch to every node; wait on the result for its quorum."""
+        return self.call(lambda lg: lg.send_batch(frame, first_txid, last_txid))
+
     def close(self, grace: float = 0.0) -> None:
         """Close every logger; ``grace`` bounds the total wait for calls still queued to slow nodes."""
-        import time
-
         deadline = time.monotonic() + grace
         for lg in self.loggers:
             lg.close(max(0.0, deadline - time.monotonic()))

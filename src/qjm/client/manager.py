@@ -9,12 +9,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 
-from qjm.client.channel import RemoteLogger
-from qjm.client.fanout_link import shared_engine
-from qjm.client.link_batch import LinkBatch
 from qjm.client.loggers import CallHooks, Logger, LoggerSet, WriterLife
 from qjm.client.quorum import BatchCall
 from qjm.client.recovery import check_no_committed_loss, choose_recovery_source, in_sync_copy
+from qjm.client.remote import open_loggers
 from qjm.client.shared import EPOCH_HINTS, EpochHints
 from qjm.config import JournalURI, QJMConfig, parse_uri
 from qjm.errors import EpochError, NotFormattedError, QJMError, QuorumError
@@ -51,17 +49,7 @@ class QuorumJournalManager:
         self.uri = parse_uri(uri) if isinstance(uri, str) else uri
         self.config = (config or QJMConfig()).validate()
         self.life = WriterLife()
-        if loggers is None:
-            loggers = [
-                RemoteLogger(a, self.uri.journal_id, config=self.config, hooks=hooks, life=self.life)
-                for a in self.uri.nodes
-            ]
-        self.loggers = LoggerSet(loggers)
-        # Every node on a quiet native link: batches are counted by the waiting thread (link_batch).
-        self._paced = [lg for lg in loggers if isinstance(lg, RemoteLogger)]
-        self._remote = [lg for lg in self._paced if lg.native_acks]
-        if len(self._remote) != len(self.loggers.loggers):
-            self._remote = []
+        self.loggers = open_loggers(self.uri, self.config, hooks, self.life) if loggers is None else LoggerSet(loggers)
         self.namespace = namespace or NamespaceInfo(self.config.namespace_id, self.config.cluster_id)
         self.epoch = 0
         self.active = False
@@ -254,15 +242,7 @@ class QuorumJournalManager:
 
     def send_batch(self, frame: bytes, first_txid: int, last_txid: int) -> BatchCall:
         """Send one batch to every node; wait on the result for its quorum."""
-        for lg in self._paced:  # before any node gets it: holding one back must not delay the others
-            lg.pace(len(frame))
-        if self._remote:
-            return LinkBatch(
-                shared_engine().fanout,
-                last_txid,
-                {lg.name: lg.deliver_batch(frame, first_txid, last_txid) for lg in self._remote},
-            )
-        return self.loggers.call(lambda lg: lg.send_batch(frame, first_txid, last_txid))
+        return self.loggers.send_batch(frame, first_txid, last_txid)
 
     def set_committed_txid(self, txid: int) -> None:
         self.committed_txid = txid

@@ -6,10 +6,18 @@ sleeps in ``Condition.wait`` and re-checks its stop conditions on every wake-up.
 after a wait returned still update the call, so the ``wait_for_*`` helpers hand back copies, and
 ``successes`` / ``exceptions`` are replaced rather than mutated, so they are safe to iterate from any
 thread while late results come in.
+
+Both kinds of batch wait (``QuorumCall`` over futures, ``qjm.client.link_batch.LinkBatch`` over
+native links) and the simulator decide with the same ``tally`` and give up at the same
+``Deadline``, which is extended after a pause of the waiting thread as Hadoop's QuorumCall does
+(HDFS-10733): a process stopped past the deadline (GC, SIGSTOP, a suspended VM) has not given the
+nodes the time the timeout promised them.
 """
 
 from __future__ import annotations
 
+import enum
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -19,7 +27,9 @@ from typing import Generic, Protocol, TypeVar
 
 from qjm.errors import InvariantViolation, QuorumError
 
-__all__ = ["BatchCall", "QuorumCall", "majority"]
+__all__ = ["PAUSE_FRACTION", "BatchCall", "Deadline", "Outcome", "QuorumCall", "majority", "tally"]
+
+log = logging.getLogger("qjm.quorum")
 
 T = TypeVar("T")
 
@@ -29,6 +39,61 @@ def majority(n: int) -> int:
     if n < 0:
         raise ValueError(f"node count must be >= 0, got {n}")
     return n // 2 + 1
+
+
+class Outcome(enum.Enum):
+    WON = "won"
+    LOST = "lost"
+    PENDING = "pending"
+
+
+def tally(nodes: int, need: int, succeeded: int, failed: int) -> Outcome:
+    """Where a call to ``nodes`` nodes stands once ``succeeded`` of them hold it and ``failed`` cannot:
+    won at ``need`` successes, lost once more than ``nodes - need`` failed, else still pending."""
+    if succeeded >= need:
+        return Outcome.WON
+    if failed > nodes - need:
+        return Outcome.LOST
+    return Outcome.PENDING
+
+
+PAUSE_FRACTION = 0.3
+"""A gap in the waiting thread longer than this share of the timeout is taken as a pause of the
+process, not as time the nodes had (Hadoop's WAIT_PROGRESS_INFO_THRESHOLD)."""
+
+
+class Deadline:
+    """When a quorum wait gives up; extended by every pause of the waiting thread.
+
+    The waiter asks ``remaining()`` before each wait and then waits at most that long. A clock
+    reading further on than the previous reading plus the wait asked for means the thread did not
+    run meanwhile: if that gap passes ``PAUSE_FRACTION`` of the timeout, the deadline moves by the
+    gap, so answers that came in during the pause (or right after it) are still taken.
+    """
+
+    __slots__ = ("_asked", "_clock", "_last", "at", "paused", "timeout")
+
+    def __init__(self, timeout: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        now = clock()
+        self.timeout = timeout
+        self.at = now + timeout
+        self.paused = 0.0  # total pause time added
+        self._last = now
+        self._asked = 0.0
+
+    def remaining(self) -> float:
+        """Seconds left (<= 0: time is up); the caller then waits at most that long."""
+        now = self._clock()
+        gap = now - self._last - self._asked
+        if gap > PAUSE_FRACTION * self.timeout:
+            self.at += gap
+            self.paused += gap
+            log.info("a pause of %.3fs while waiting for a quorum: the deadline moves by as much", gap)
+        self._last = now
+        left = self.at - now
+        self._asked = max(left, 0.0)
+        return left
 
 
 class BatchCall(Protocol):
@@ -94,7 +159,7 @@ class QuorumCall(Generic[T]):
         Raises a node's ``InvariantViolation`` as soon as it is seen.
         """
         with self._cond:
-            deadline = self._clock() + timeout
+            deadline = Deadline(timeout, self._clock)
             while True:
                 self._raise_invariant_violation()
                 ok, nok = len(self.successes), len(self.exceptions)
@@ -106,7 +171,7 @@ class QuorumCall(Generic[T]):
                     return
                 if ok + nok == len(self._futures):
                     raise self._error(f"{op}: all {len(self._futures)} nodes answered ({ok} succeeded, {nok} failed)")
-                remaining = deadline - self._clock()
+                remaining = deadline.remaining()
                 if remaining <= 0:
                     raise self._error(
                         f"{op}: timed out after {timeout:g}s waiting for nodes to respond "
@@ -129,7 +194,7 @@ class QuorumCall(Generic[T]):
             raise QuorumError(f"{op}: no nodes to ask")
         self.wait_for(n, need, n - need, timeout, op)
         with self._cond:
-            if len(self.successes) < need:
+            if tally(n, need, len(self.successes), len(self.exceptions)) is not Outcome.WON:
                 raise self._error(f"{op}: {len(self.successes)} of {n} nodes succeeded, {need} needed")
             return dict(self.successes)
 
@@ -152,7 +217,7 @@ class QuorumCall(Generic[T]):
             return {}
         self.wait_for(n, n, 0, timeout, op)
         with self._cond:
-            if self.exceptions or len(self.successes) < n:
+            if tally(n, n, len(self.successes), len(self.exceptions)) is not Outcome.WON:
                 raise self._error(f"{op}: {len(self.exceptions)} of {n} nodes failed, all must succeed")
             return dict(self.successes)
 

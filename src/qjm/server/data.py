@@ -17,7 +17,7 @@ import logging
 import socket
 import socketserver
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from qjm._native import fanout
 from qjm.addresses import family_of
@@ -28,6 +28,26 @@ from qjm.server.journal import Journal
 log = logging.getLogger("qjm.data")
 
 
+def apply_run(
+    journal: Journal, frames: Sequence[bytes], commits: Sequence[tuple[int, int]], ack: Callable[[int], None]
+) -> int:
+    """Apply one run of a writer's data stream to ``journal``; returns the highest durable txid.
+
+    The frames are verified, fenced, appended and made durable together (``Journal.journal``), the
+    durable txid is acked, then the newest commit notice is noted: a lower bound that only grows,
+    so the highest of the run says it all. A refusal raises the node's error; one raised by the
+    frames carries ``durable_txid`` when frames before the bad one were made durable. The node's
+    data handler and the simulator both apply runs with this.
+    """
+    durable = 0
+    if frames:
+        durable = journal.journal(frames)
+        ack(durable)
+    if commits:
+        journal.note_committed(*max(commits, key=lambda c: c[1]))
+    return durable
+
+
 class _Conn(socketserver.BaseRequestHandler):
     server: DataServer
 
@@ -36,6 +56,12 @@ class _Conn(socketserver.BaseRequestHandler):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         rx = fanout.Receiver(sock)
         durable = 0
+
+        def ack(txid: int) -> None:
+            nonlocal durable
+            durable = txid
+            rx.ack(txid)
+
         try:
             jid = rx.hello()
             if jid is None:
@@ -46,12 +72,7 @@ class _Conn(socketserver.BaseRequestHandler):
                 if run is None:
                     return
                 frames, commits = run
-                if frames:
-                    durable = journal.journal(frames)
-                    rx.ack(durable)
-                if commits:
-                    # A lower bound that only grows: the newest notice of the run says it all.
-                    journal.note_committed(*max(commits, key=lambda c: c[1]))
+                apply_run(journal, frames, commits, ack)
         except QJMError as e:
             durable = getattr(e, "durable_txid", durable)
             log.info("data plane %s: refusing: %s: %s", self.client_address, type(e).__name__, e)

@@ -1,8 +1,9 @@
 """Fault hooks for tests, injected as objects (never globals).
 
 ``FaultPlan`` is a client-side ``CallHooks``: fail the n-th call of an operation to a node before
-it is sent, or hold a node's calls back until another node answered. ``ServerFaults`` is a node-side
-``JournalHooks``: fail or kill the node around the paxos commit point or before an append.
+it is sent, lose a node's reply to it, or hold a node's calls back until another node answered.
+``ServerFaults`` is a node-side ``JournalHooks``: fail or kill the node around the paxos commit
+point or before an append.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ ANY = "*"
 class _Rule:
     node: str
     op: str
-    call: int | None  # 1-based n-th call of (node, op); None: every call
+    call: int | None  # 1-based n-th call (or reply) of (node, op); None: every one
+    kind: str = "fail"  # "fail": before it is sent; "lose": its reply
 
 
 class FaultPlan(CallHooks):
@@ -35,10 +37,16 @@ class FaultPlan(CallHooks):
         self._follow: dict[str, str] = {}  # node → leader whose answer it waits for
         self._answered: dict[tuple[str, str], threading.Event] = {}
         self.calls: Counter[tuple[str, str]] = Counter()
+        self.replies: Counter[tuple[str, str]] = Counter()
 
     def fail_before(self, node: str, op: str = ANY, *, call: int | None = None) -> FaultPlan:
         """The matching call to ``node`` fails before anything is sent (the node never sees it)."""
         self._rules.append(_Rule(node, op, call))
+        return self
+
+    def lose_reply(self, node: str, op: str = ANY, *, call: int | None = None) -> FaultPlan:
+        """The node does the matching call but its reply is lost (``call`` counts replies)."""
+        self._rules.append(_Rule(node, op, call, "lose"))
         return self
 
     def answer_after(self, node: str, leader: str) -> FaultPlan:
@@ -58,8 +66,11 @@ class FaultPlan(CallHooks):
         with self._lock:
             self._rules.clear()
 
-    def _match(self, node: str, op: str, n: int) -> bool:
-        return any(r.node in (node, ANY) and r.op in (op, ANY) and (r.call is None or r.call == n) for r in self._rules)
+    def _match(self, node: str, op: str, n: int, kind: str = "fail") -> bool:
+        return any(
+            r.kind == kind and r.node in (node, ANY) and r.op in (op, ANY) and (r.call is None or r.call == n)
+            for r in self._rules
+        )
 
     def before(self, node: str, op: str) -> None:
         leader = self._follow.get(node)
@@ -71,6 +82,14 @@ class FaultPlan(CallHooks):
             hit = self._match(node, op, n)
         if hit:
             raise NodeUnavailableError(f"injected: {op} #{n} to {node} failed before sending")
+
+    def replied(self, node: str, op: str) -> None:
+        with self._lock:
+            self.replies[(node, op)] += 1
+            n = self.replies[(node, op)]
+            hit = self._match(node, op, n, "lose")
+        if hit:
+            raise NodeUnavailableError(f"injected: reply #{n} of {node} to {op} lost")
 
     def after(self, node: str, op: str) -> None:
         self._answered_event(node, op).set()

@@ -160,11 +160,9 @@ def wait_for_every_node(writer: Writer, timeout: float = 30.0) -> None:
     and a test that needs the same copy on all nodes (before an abort, say) must not race the last."""
     deadline = time.monotonic() + timeout
     for lg in writer.qjm.loggers.loggers:
-        started = getattr(lg, "_started", None)
-        if started is not None:  # a node still starting its segment holds the batches back: wait for it
-            starting = lg._starting  # type: ignore[attr-defined]
-            with started:
-                started.wait_for(lambda s=starting: not s, max(0.0, deadline - time.monotonic()))
+        wait_for_start = getattr(lg, "wait_for_start", None)
+        if wait_for_start is not None:  # a node still starting its segment holds the batches back
+            wait_for_start(max(0.0, deadline - time.monotonic()))
         wait_for_batches = getattr(lg, "wait_for_batches", None)
         if wait_for_batches is not None:
             wait_for_batches(max(0.0, deadline - time.monotonic()))

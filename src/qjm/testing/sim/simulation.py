@@ -24,6 +24,7 @@ from qjm.errors import (
     WriterCrashedError,
 )
 from qjm.protocol.messages import PrepareRecoveryResponse
+from qjm.server.data import apply_run
 from qjm.server.journal import COMMITTED, PROMISED, WRITER, Journal
 from qjm.testing.bugs import ProtocolBugs
 from qjm.testing.memstore import MemoryStorage
@@ -371,8 +372,6 @@ class Simulation:
         if error is None:
             m.fut.set_result(result)
         else:
-            if m.on_fail is not None:
-                m.on_fail()
             m.fut.set_exception(error)
 
     def _deliver_ctl(self, lg: SimLogger, node: Node, m: Msg) -> None:
@@ -449,34 +448,38 @@ class Simulation:
             if j is not None:
                 self.stats["fail_before"] += 1
             self.note(f"{tag} => {'node down' if j is None else 'LOST before delivery'}; link breaks")
-            lg.link_failed(m.gen)
+            lost = NodeUnavailableError(f"{node.name}: data link lost")
+            lg.link_failed(m.gen, lost)
             for g in group:
-                self._complete(g, node, error=NodeUnavailableError(f"{node.name}: data link lost"))
+                self._complete(g, node, error=lost)
             return
         promised = node.storage.read_long(PROMISED) or 0
         writer_epoch = node.storage.read_long(WRITER) or 0
         seg_name = f"edits_inprogress_{m.segment:019d}"
         size_before = len(node.storage.read_file(seg_name)) if seg_name in node.storage.file_names() else 0
         error: BaseException | None = None
-        durable = 0
+        acks: list[int] = []
+        commits = [(m.epoch, g.commit) for g in group if g.commit is not None]
         try:
-            durable = j.journal([g.frame for g in group])
+            # The node's own data handler: frames, their ack, then the newest commit notice.
+            durable = apply_run(j, [g.frame for g in group], commits, acks.append)
         except NodeCrash as c:
             self.stats["crash_inside"] += 1
             self._crash_node(node, f"inside journal at {c}")
             self.note(f"{tag} => node died")
-            lg.link_failed(m.gen)
+            died = NodeUnavailableError(f"{node.name} died")
+            lg.link_failed(m.gen, died)
             for g in group:
-                self._complete(g, node, error=NodeUnavailableError(f"{node.name} died"))
+                self._complete(g, node, error=died)
             return
         except InvariantViolation as e:
             self.stats["node_alarms"] += 1
             self.node_alarms.append(f"{node.name} {tag}: {e}")
             self.checker.fail(f"node-side alarm: {node.name} raised InvariantViolation in journal: {e}")
         except QJMError as e:
-            # data.py: the error carries the journal's durable txid, else the connection's last ack
-            durable = int(getattr(e, "durable_txid", lg.link_acked.get(m.gen, 0)))
-            error = e
+            # data.py: what the run acked, else the journal's durable txid, else the link's last ack
+            durable = acks[-1] if acks else int(getattr(e, "durable_txid", lg.link_acked.get(m.gen, 0)))
+            error = e  # after acks it already sent (a refused commit notice), the node closes the link
         except Exception as e:
             self.note(f"{tag} => unexpected {type(e).__name__}: {e}\n{traceback.format_exc().rstrip()}")
             self.checker.fail(f"{node.name} failed unexpectedly in journal: {type(e).__name__}: {e}")
@@ -485,26 +488,20 @@ class Simulation:
         ok = [g for g in group if error is None or g.last <= durable]
         if ok:
             lg.link_acked[m.gen] = max(lg.link_acked.get(m.gen, 0), durable)
-        if error is not None and ok:
+        if error is not None and ok and not acks:
             self.note(f"{tag} => {type(error).__name__} reporting durable through {durable}: acks {len(ok)} frame(s)")
         self.checker.on_frames(node, ok, promised, writer_epoch, size_before)
-        if error is None:
-            commits = [g.commit for g in group if g.commit is not None]
-            if commits:
-                try:
-                    j.note_committed(m.epoch, max(commits))
-                except QJMError as e:
-                    error = e  # the node closes the link after the acks it already sent
         if fault == "lost":
             self.stats["reply_lost"] += 1
             self.note(f"{tag} => durable through {durable}, REPLY LOST; link breaks")
-            lg.link_failed(m.gen)
+            ack_lost = NodeUnavailableError(f"{node.name}: ack lost")
+            lg.link_failed(m.gen, ack_lost)
             for g in group:
-                self._complete(g, node, error=NodeUnavailableError(f"{node.name}: ack lost"))
+                self._complete(g, node, error=ack_lost)
             return
         if error is not None:
             self.note(f"{tag} => durable through {durable}, then {type(error).__name__}: {error}; link breaks")
-            lg.link_failed(m.gen)
+            lg.link_failed(m.gen, error)
         else:
             self.note(f"{tag} => durable through {durable}")
         for g in group:

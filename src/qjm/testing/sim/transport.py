@@ -14,16 +14,17 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from qjm._native import framing
 from qjm.client.loggers import CallHooks, Logger, LoggerSet, WriterLife
 from qjm.client.manager import QuorumJournalManager
+from qjm.client.node_state import Held, NodeState, Refusal, Route
 from qjm.client.quorum import QuorumCall
 from qjm.client.recovery import choose_recovery_source, in_sync_copy
-from qjm.errors import InvariantViolation, OutOfSyncError, QJMError, WriterCrashedError
+from qjm.errors import InvariantViolation, QJMError, WriterCrashedError
 from qjm.protocol.messages import (
-    NO_TXID,
     EditLogManifest,
     JournaledEdits,
     JournalState,
@@ -81,7 +82,6 @@ class Msg:
     gen: int = 0
     commit: int | None = None
     seq: int = 0  # n-th call on this channel (1-based), for planned faults
-    on_fail: Callable[[], None] | None = None  # what the client does when this call fails, however it fails
 
     @property
     def is_data(self) -> bool:
@@ -91,9 +91,12 @@ class Msg:
 class SimLogger:
     """One writer's channel to one simulated node: the ``Logger`` protocol, like ``RemoteLogger``.
 
-    Mirrors ``RemoteLogger``: serials are stamped when a call runs; a batch that fails breaks the
-    data link and leaves the node out of sync until the next ``start_log_segment`` succeeds;
-    ``finalize_log_segment`` refuses while out of sync; the committed txid rides on the next batch.
+    The per-node rules are ``RemoteLogger``'s own ``NodeState``: serials stamped when a call runs;
+    a batch that fails breaks the data link and leaves the node out of sync (or fenced) until the
+    next ``start_log_segment`` succeeds; a start that fails, however it fails, does the same at
+    once; batches sent while a start is pending go behind it; ``finalize_log_segment`` refuses
+    while out of sync; the committed txid rides on the next batch. One FIFO queue per channel
+    stands in for both planes, so a batch never overtakes the start it was sent after.
     """
 
     def __init__(
@@ -105,17 +108,12 @@ class SimLogger:
         self.life = life
         self.hooks = hooks or CallHooks()
         self._name = sim.node_name(node)
-        self.epoch = -1
-        self._serial = 0
-        self._committed = NO_TXID
-        self._committed_sent = NO_TXID
-        self._out_of_sync = False
+        self.state: NodeState[Msg] = NodeState(self._name, JOURNAL_ID, sim.config.queued_edits_limit_bytes)
         self._gen = 0  # data link generation: one per start_log_segment sent
         self._broken: set[int] = set()
         self.link_acked: dict[int, int] = {}  # gen → last durable txid the node acked on that link
         self.queue: deque[Msg] = deque()
         self.sent = 0
-        self.highest_acked_txid = 0
 
     # -- identity / state --------------------------------------------------------------------
 
@@ -129,31 +127,37 @@ class SimLogger:
 
     @property
     def out_of_sync(self) -> bool:
-        return self._out_of_sync
+        return self.state.out_of_sync
+
+    @property
+    def epoch(self) -> int:
+        return self.state.epoch
+
+    @property
+    def highest_acked_txid(self) -> int:
+        return self.state.highest_acked
 
     def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+        self.state.set_epoch(epoch)
 
     def set_committed_txid(self, txid: int) -> None:
-        if txid < self._committed:
-            raise InvariantViolation(f"committed txid moving backward: {txid} < {self._committed}")
-        self._committed = txid
+        self.state.set_committed(txid)
 
     def _req(self) -> RequestInfo:
-        if self.epoch <= 0:
-            raise QJMError(f"{self._name}: no epoch yet; fence (recover) before writing")
-        self._serial += 1
-        return RequestInfo(JOURNAL_ID, self.epoch, self._serial, self._committed)
+        return self.state.request()
 
     def state_key(self) -> tuple[object, ...]:
+        st = self.state
         return (
             self.writer,
             self.node,
-            self.epoch,
-            self._serial,
-            self._committed,
-            self._committed_sent,
-            self._out_of_sync,
+            st.epoch,
+            st.serial,
+            st.committed,
+            st.committed_sent,
+            st.out_of_sync,
+            st.fenced is not None,
+            st.starting,
             self._gen,
             self._gen in self._broken,
             tuple(m.summary for m in self.queue),
@@ -196,30 +200,31 @@ class SimLogger:
     def start_log_segment(self, txid: int) -> Future[None]:
         self._gen += 1
         gen = self._gen
+        self.state.start_begun(txid)
 
         def run(j: Journal) -> None:
             self._broken.add(gen - 1)  # the old segment's link is closed on purpose
             j.start_log_segment(self._req(), txid)
-            self._out_of_sync = False
 
-        def failed() -> None:
-            # RemoteLogger: a start that fails (refused, lost, or its reply lost) drops the batches
-            # queued behind it and leaves the node out of sync until the next start succeeds.
-            self._broken.add(gen - 1)
-            self._broken.add(gen)
-            self._out_of_sync = True
-
-        fut = self._ctl("start_log_segment", f"start_log_segment({txid})", run)
-        if fut.done():
-            failed()
-        elif self.queue:
-            self.queue[-1].on_fail = failed
+        fut: Future[None] = self._ctl("start_log_segment", f"start_log_segment({txid})", run)
+        fut.add_done_callback(partial(self._start_ended, txid, gen))
         return fut
+
+    def _start_ended(self, txid: int, gen: int, fut: Future[None]) -> None:
+        """RemoteLogger._start_ended: a start that fails (refused, lost, its reply lost, or never
+        sent) drops the batches queued behind it and leaves the node out of sync at once."""
+        e = fut.exception()
+        if e is None:
+            self.state.start_succeeded(txid)  # its batches are already queued behind it
+            return
+        self._broken.add(gen - 1)
+        self._broken.add(gen)
+        self.state.start_failed(txid, e if isinstance(e, QJMError) else QJMError(f"{self._name}: {e}"))
 
     def finalize_log_segment(self, start: int, end: int, copy_epoch: int = 0) -> Future[None]:
         def run(j: Journal) -> None:
-            if self._out_of_sync:
-                raise OutOfSyncError(f"{self._name}: out of sync until the next segment; not finalizing {start}-{end}")
+            if self.state.out_of_sync:
+                raise self.state.not_in_sync(f"; not finalizing {start}-{end}")
             j.finalize_log_segment(self._req(), start, end, copy_epoch)
 
         return self._ctl("finalize_log_segment", f"finalize_log_segment({start}, {end})", run)
@@ -270,40 +275,41 @@ class SimLogger:
         )
         try:
             self._send_checks("journal", True)
-            if self._out_of_sync:
-                raise OutOfSyncError(f"{self._name}: out of sync until the next segment")
-            if self._gen == 0:
-                self._out_of_sync = True
-                raise OutOfSyncError(f"{self._name}: no data link; out of sync until the next segment")
-            commit = None
-            if self._committed > self._committed_sent:
-                commit = self._committed
-                self._committed_sent = self._committed
-            fut.add_done_callback(self._on_batch_done)
         except QJMError as e:
             if not isinstance(e, WriterCrashedError):
-                self._out_of_sync = True
-            self.sim.note(f"w{self.writer} -> {self._name} {summary}: not sent ({type(e).__name__}: {e})")
-            fut.set_exception(e)
-            return fut
-        self.queue.append(
-            Msg(
-                self, "journal", summary, fut, frame=frame, first=first_txid, last=last_txid, epoch=h.epoch,
-                segment=h.segment_txid, gen=self._gen, commit=commit, seq=self.sent,
-            )
+                self.state.lose_sync(e)
+            return self._not_sent(fut, summary, e)
+        route = self.state.route(len(frame), 0, self._gen > 0)
+        if isinstance(route, Refusal):
+            if route.close_link:
+                self._broken.add(self._gen)  # the batches it dropped are queued: they fail on the broken link
+            return self._not_sent(fut, summary, route.error)
+        commit = self.state.commit_notice()
+        fut.add_done_callback(self._on_batch_done)
+        msg = Msg(
+            self, "journal", summary, fut, frame=frame, first=first_txid, last=last_txid, epoch=h.epoch,
+            segment=h.segment_txid, gen=self._gen, commit=commit[1] if commit else None, seq=self.sent,
         )  # fmt: skip
+        if route is Route.HOLD:
+            self.state.hold(Held(frame, last_txid, msg, commit))
+        self.queue.append(msg)
+        return fut
+
+    def _not_sent(self, fut: Future[int], summary: str, e: QJMError) -> Future[int]:
+        self.sim.note(f"w{self.writer} -> {self._name} {summary}: not sent ({type(e).__name__}: {e})")
+        fut.set_exception(e)
         return fut
 
     def _on_batch_done(self, fut: Future[int]) -> None:
         if fut.cancelled() or fut.exception() is not None:
             return
-        self.highest_acked_txid = max(self.highest_acked_txid, fut.result())
+        self.state.acked(fut.result())
 
-    def link_failed(self, gen: int) -> None:
+    def link_failed(self, gen: int, e: BaseException) -> None:
         """A batch of link ``gen`` failed: the link is gone; the node is out of sync if it is current."""
         self._broken.add(gen)
         if gen == self._gen:
-            self._out_of_sync = True
+            self.state.lose_sync(e)
 
     def link_broken(self, gen: int) -> bool:
         return gen in self._broken

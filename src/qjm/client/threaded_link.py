@@ -1,0 +1,122 @@
+"""``ThreadedLink``: the pure-Python data link, a sender and a receiver thread per node.
+
+Batches are queued to the sender thread, which writes them to a long-lived TCP connection; the
+receiver thread parses the node's cumulative ACKs and completes the batches' futures, or its one
+ERROR reply, which ends the link (``qjm.client.data_link``). Used where the native fan-out engine
+is not built (``QJM_NO_EXTENSIONS=1``).
+"""
+
+from __future__ import annotations
+
+import queue
+import socket
+import threading
+from concurrent.futures import Future
+
+from qjm import errors
+from qjm.addresses import split_host_port
+from qjm.client.data_link import LinkFailed, PendingBatches, encode_commit
+from qjm.client.node_state import CommitNotice
+from qjm.errors import NodeUnavailableError, OutOfSyncError, QJMError
+from qjm.protocol import wire
+
+__all__ = ["ThreadedLink"]
+
+
+class ThreadedLink:
+    """One TCP connection to a node's data plane: a sender thread, a receiver thread, cumulative acks."""
+
+    def __init__(self, name: str, address: str, journal_id: str, connect_timeout: float, on_fail: LinkFailed) -> None:
+        self.name = name
+        self._sock = socket.create_connection(split_host_port(address), timeout=connect_timeout)
+        self._sock.settimeout(None)
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._q: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._batches = PendingBatches()
+        self._on_fail = on_fail
+        self.failed: BaseException | None = None  # set with the PendingBatches' failure
+        self.closed = False
+        self._q.put(wire.encode_hello(journal_id))
+        self._sender = threading.Thread(target=self._send_loop, name=f"qjm-send-{name}", daemon=True)
+        self._receiver = threading.Thread(target=self._recv_loop, name=f"qjm-recv-{name}", daemon=True)
+        self._sender.start()
+        self._receiver.start()
+
+    def send(self, frame: bytes, last_txid: int, fut: Future[int], commit: CommitNotice | None) -> None:
+        with self._batches.lock:
+            if not self._batches.add(last_txid, fut, len(frame)):
+                return
+        notice = encode_commit(commit)
+        if notice is not None:
+            self._q.put(notice)
+        self._q.put(frame)
+
+    def send_untracked(self, frame: bytes, last_txid: int, commit: CommitNotice | None) -> None:
+        raise TypeError(f"{type(self).__name__} tracks every batch with a future")
+
+    def acked_txid(self) -> int:
+        return self._batches.acked
+
+    def unacked_bytes(self) -> int:
+        with self._batches.lock:
+            return self._batches.queued_bytes
+
+    def wait_for_room(self, nbytes: int, limit: int, stall: float) -> None:
+        self._batches.wait_for_room(nbytes, limit, stall)
+
+    def wait_idle(self, timeout: float) -> None:
+        self._batches.wait_idle(timeout)
+
+    def _send_loop(self) -> None:
+        try:
+            while True:
+                msg = self._q.get()
+                if msg is None:
+                    return
+                self._sock.sendall(msg)
+        except OSError as e:
+            self._fail(NodeUnavailableError(f"{self.name}: data plane send failed: {e}"))
+
+    def _recv_loop(self) -> None:
+        buf = bytearray()
+        try:
+            while True:
+                chunk = self._sock.recv(65536)
+                if not chunk:
+                    raise NodeUnavailableError(f"{self.name}: data plane connection closed by the node")
+                buf += chunk
+                while True:
+                    msg, used = wire.parse_reply(buf)
+                    if msg is None:
+                        break
+                    del buf[:used]
+                    if isinstance(msg, wire.Ack):
+                        self._batches.complete(msg.txid)
+                    else:
+                        self._batches.complete(msg.durable_txid)
+                        raise errors.from_code(msg.code, f"{self.name}: {msg.message}")
+        except BaseException as e:
+            if isinstance(e, OSError) and not isinstance(e, QJMError):
+                e = NodeUnavailableError(f"{self.name}: data plane receive failed: {e}")
+            self._fail(e)
+
+    def _fail(self, e: BaseException) -> None:
+        if self._batches.fail(e):
+            self.failed = e
+            self.closed = True
+            self._release()
+            self._on_fail(self, e)
+
+    def close(self) -> None:
+        self.closed = True
+        self._fail(OutOfSyncError(f"{self.name}: data link closed with batches pending"))
+        self._release()
+
+    def _release(self) -> None:
+        """Stop both threads and close the socket (again is harmless)."""
+        self._q.put(None)
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
