@@ -64,8 +64,18 @@ FALLBACK_LIBS = {"libxxhash": ["xxhash"], "liburing": ["uring"]}
 OPTIONAL_FEATURES = [("QJM_XXH_DISPATCH", "xxh3_dispatch", "libxxhash")]
 
 
+# Commands that only describe or pack the sources (`python -m build` runs them for the sdist and
+# for the metadata): they need no compiler, no library probe and no Cython run.
+SOURCE_ONLY_COMMANDS = {"sdist", "egg_info", "dist_info"}
+
+
 def want_extensions() -> bool:
     return os.environ.get("QJM_NO_EXTENSIONS", "") not in ("1", "true", "yes")
+
+
+def source_only() -> bool:
+    command = next((arg for arg in sys.argv[1:] if not arg.startswith("-")), None)
+    return command in SOURCE_ONLY_COMMANDS
 
 
 @functools.cache
@@ -176,6 +186,8 @@ def native_ext(name: str, libs: list[str]) -> Extension:
 
 
 def extensions() -> list[Extension]:
+    if source_only():
+        return []
     if not want_extensions():
         print("qjm: pure build")
         return []
