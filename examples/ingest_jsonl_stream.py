@@ -1,7 +1,7 @@
 """Stream a directory of JSON-lines files into a journal, exactly once, with Spark Structured Streaming.
 
     python examples/ingest_jsonl_stream.py                       # demo: own 3-node cluster and sample files
-    python examples/ingest_jsonl_stream.py --input DIR --uri qjournal://h1:8485;h2:8485;h3:8485/events \\
+    python examples/ingest_jsonl_stream.py --input DIR --uri 'qjournal://h1:8485;h2:8485;h3:8485/events' \\
         --checkpoint /var/lib/ingest/ck [--follow]
 
 Each line becomes one record, byte for byte. Every micro-batch is framed by marker records holding

@@ -1,7 +1,7 @@
 """Materialize a journal (or a txid range of it) as Parquet with a Spark batch job.
 
     python examples/journal_to_parquet.py                    # demo: own cluster, seeded with JSON records
-    python examples/journal_to_parquet.py --uri qjournal://h1:8485;h2:8485;h3:8485/events \\
+    python examples/journal_to_parquet.py --uri 'qjournal://h1:8485;h2:8485;h3:8485/events' \\
         --output /data/events.parquet [--start-txid N] [--end-txid M] [--json]
 
 The source splits the journal by segment, so the job reads segments in parallel, each from any

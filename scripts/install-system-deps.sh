@@ -18,13 +18,13 @@ build_pkgs=(liburing-dev libxxhash-dev pkg-config gcc g++ make python3-dev pytho
 
 # --- test: a JRE for the Spark tests; iproute2 for the tests that put nodes in network namespaces;
 # the peers `qjm bench --peers` compares against (bench/peers/): zookeeper (3.8, the server jars
-# only: not zookeeperd), etcd-server (3.4) and nats-server (2.9). None of these may run as a
-# service: the harness starts its own clusters on free loopback ports, so their postinst scripts
-# are denied starting anything (a temporary policy-rc.d) and their units are disabled where systemd
-# runs (test_services).
-test_pkgs=(iproute2 zookeeper etcd-server nats-server)
+# only: not zookeeperd), etcd-server (3.4) and nats-server (2.9); the Prometheus server (2.42) the
+# metrics tests scrape the nodes with. None of these may run as a service: the harness starts its
+# own servers on free loopback ports, so their postinst scripts are denied starting anything (a
+# temporary policy-rc.d) and their units are disabled where systemd runs (test_services).
+test_pkgs=(iproute2 zookeeper etcd-server nats-server prometheus)
 command -v java >/dev/null 2>&1 || test_pkgs+=(default-jre-headless)
-test_services=(etcd.service nats-server.service)
+test_services=(etcd.service nats-server.service prometheus.service prometheus-node-exporter.service)
 
 pkgs=("${build_pkgs[@]}")
 [ "$what" = build ] || pkgs+=("${test_pkgs[@]}")

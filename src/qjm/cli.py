@@ -1,4 +1,14 @@
-"""The ``qjm`` command: run a JournalNode, format, inspect and tail journals, try it out locally."""
+"""The operator's ``qjm`` commands: run a JournalNode, format, inspect and tail journals, dump segments.
+
+These commands work on real nodes and journal files. The ones that start clusters or simulations of
+their own (``cluster up``, ``demo``, ``bench``, ``sim``, ``faultsim``, ``chaos``) are
+``qjm.testing.cli``'s, and ``qjm.__main__`` builds the ``qjm`` command from both sides, each adding
+its subcommands with its ``register``. The split is a module boundary rather than harness imports
+deferred into function bodies because it reads better: this file's imports say all an operator's
+command depends on, and what a node started by ``qjm journalnode`` can do is what it shows here --
+it has no fault option, no hook but the protocol's own. Fault injection reaches a node only through
+the harness: ``qjm.testing.node`` serves one the way ``serve_node`` does, with ``ServerFaults``.
+"""
 
 from __future__ import annotations
 
@@ -11,12 +21,19 @@ import signal
 import sys
 import tempfile
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
+from qjm._native import framing
 from qjm._version import __version__
+from qjm.client.manager import QuorumJournalManager
+from qjm.client.reader import open_reader
 from qjm.config import URI_SYNTAX, QJMConfig
 from qjm.errors import ConfigError, NodeUnavailableError, QJMError, StorageError
+from qjm.logs import FORMATS, LEVELS, configure_logging
+from qjm.protocol.frame import SEGMENT_HEADER_SIZE
+from qjm.server.journal import JournalHooks
+from qjm.server.node import JournalNode
 from qjm.settings import (
     CONFIG_ENV,
     HADOOP_CONF_ENV,
@@ -29,35 +46,58 @@ from qjm.settings import (
 )
 from qjm.status import UNKNOWN, format_status_table, node_health
 
+AddCommand = Callable[..., argparse.ArgumentParser]
+"""``add_parser`` of the ``qjm`` command's subcommands: ``add(name, help=...)`` returns its parser."""
+Register = Callable[[AddCommand], None]
 
-def _journalnode(a: argparse.Namespace) -> int:
-    from qjm.server.node import JournalNode
-    from qjm.testing.faults import ServerFaults
+log = logging.getLogger("qjm.cli")
 
+
+def add_node_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of a JournalNode process; each also reads QJM_<OPTION> and [journalnode] of --config."""
+    for key, (_, text) in NODE_KEYS.items():
+        if key == "http_address":
+            continue  # Hadoop's combined form, for files; the flags are --http-bind and --http-port
+        names = [flag_name(key), "--host"] if key == "bind" else [flag_name(key)]
+        p.add_argument(*names, dest=key, default=None, metavar=metavar(key), help=text)
+    _add_settings_args(p)
+    p.add_argument("--ready-line", action="store_true", help="print READY ... on stdout once serving")
+
+
+def serve_node(a: argparse.Namespace, hooks: JournalHooks | None = None) -> int:
+    """Serve a JournalNode with the options of ``add_node_arguments`` until SIGTERM or SIGINT."""
     flags = {key: getattr(a, key, None) for key in NODE_KEYS}
     st = node_settings(
         gather("journalnode", flags=flags, config_path=a.config, hadoop_conf=a.hadoop_conf, env=os.environ)
     )
     logging.getLogger("qjm").info("settings: %s", ", ".join(f"{k} from {where}" for k, where in st.origins))
     _check_data_dir(st.data_dir)
-    hooks = ServerFaults.parse(a.fault) if a.fault else None
+    log.info("starting JournalNode %s (pid %d) on %s", __version__, os.getpid(), st.data_dir)
     node = JournalNode(
         st.data_dir, host=st.rpc_bind, rpc_port=st.rpc_port, data_host=st.data_bind, data_port=st.data_port,
         rpc_advertise=st.rpc_advertise, data_advertise=st.data_advertise, hooks=hooks,
+        http_host=st.http_bind, http_port=st.http_port,
     ).start()  # fmt: skip
     done = threading.Event()
+    got: list[str] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        got.append(signal.Signals(signum).name)
+        done.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: done.set())
+        signal.signal(sig, on_signal)
     msg = (
         f"READY rpc={node.rpc_bind_address} data={node.data_bind_address} "
-        f"advertised rpc={node.rpc_address} data={node.data_address}"
+        f"advertised rpc={node.rpc_address} data={node.data_address} http={node.http_address}"
     )
+    log.info("%s", msg)
     if a.ready_line:
         print(msg, flush=True)
-    else:
-        logging.getLogger("qjm").info(msg)
     done.wait()
+    log.info("received %s: shutting down", got[0] if got else "a signal")
     node.stop(grace=1.0)
+    log.info("JournalNode stopped")
     return 0
 
 
@@ -84,8 +124,6 @@ def _client(a: argparse.Namespace) -> tuple[str, QJMConfig]:
 
 
 def _format(a: argparse.Namespace) -> int:
-    from qjm.client.manager import QuorumJournalManager
-
     uri, config = _client(a)
     with QuorumJournalManager(uri, config=config) as m:
         m.format(force=a.force)
@@ -94,8 +132,6 @@ def _format(a: argparse.Namespace) -> int:
 
 
 def _status(a: argparse.Namespace) -> int:
-    from qjm.client.manager import QuorumJournalManager
-
     uri, config = _client(a)
     with QuorumJournalManager(uri, config=config) as m:
         asked = [(lg.name, lg.status()) for lg in m.loggers.loggers]  # type: ignore[attr-defined]
@@ -118,8 +154,6 @@ def _status(a: argparse.Namespace) -> int:
 
 
 def _tail(a: argparse.Namespace) -> int:
-    from qjm.client.reader import open_reader
-
     uri, config = _client(a)
     r = open_reader(uri, a.from_txid, include_in_progress=True, config=config)
     it = r.tail() if a.follow else iter(r)
@@ -135,9 +169,6 @@ def _tail(a: argparse.Namespace) -> int:
 
 
 def _dump(a: argparse.Namespace) -> int:
-    from qjm._native import framing
-    from qjm.protocol.frame import SEGMENT_HEADER_SIZE
-
     try:
         with open(a.file, "rb") as f:
             data = f.read()
@@ -164,105 +195,6 @@ def _dump(a: argparse.Namespace) -> int:
         + (f": {res.error}" if res.error else "")
     )
     return 0 if res.tail == "clean" else 2
-
-
-def _cluster_up(a: argparse.Namespace) -> int:
-    from qjm.testing.minicluster import MiniJournalCluster
-
-    with MiniJournalCluster(a.nodes, a.dir, journal_id=a.journal) as c:
-        print(f"{a.nodes} JournalNodes up; data in {c.base_dir}")
-        print(f"URI: {c.uri}")
-        print("Ctrl-C to stop.", flush=True)
-        done = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: done.set())
-        try:
-            done.wait()
-        except KeyboardInterrupt:
-            pass
-    return 0
-
-
-def _demo(a: argparse.Namespace) -> int:
-    from qjm.demo import run_demo
-
-    return run_demo(records=a.records)
-
-
-def _bench(a: argparse.Namespace) -> int:
-    from qjm.bench import run
-
-    run(smoke=a.smoke, json_out=a.json, plot=a.plot, peers=a.peers)
-    return 0
-
-
-def _sim(a: argparse.Namespace) -> int:
-    """Replay one simulator seed (or run the double-failure sweep / the small-world search)."""
-    from qjm.testing.bugs import ProtocolBugs
-
-    if not a.verbose:
-        logging.getLogger("qjm").setLevel(logging.ERROR)  # torn tails are expected in a fault run
-    bugs = ProtocolBugs.parse(a.bugs)
-    if a.sweep:
-        from qjm.testing.exhaustive import double_failure_sweep
-
-        sw = double_failure_sweep(bugs=bugs)
-        print(f"double-failure sweep: {sw.runs} runs, calls per node {sw.calls_per_node}, {sw.acked_txids} txids "
-              f"acknowledged, {len(sw.violations)} violations, {sw.seconds:.1f}s")  # fmt: skip
-        for plan, r in sw.violations[:5]:
-            print(f"  faults {plan}: {r.violation}")
-        return 0 if sw.ok else 1
-    if a.explore:
-        from qjm.testing.exhaustive import explore, small_worlds
-
-        bad = 0
-        for w in small_worlds():
-            e = explore(w, bugs=bugs, time_limit=a.time_limit)
-            done = "complete" if e.complete else f"stopped after {a.time_limit:g}s"
-            print(f"{w.name}: {e.states} states, {e.runs} executions, {e.seconds:.1f}s, {done}, "
-                  f"{len(e.violations)} violations")  # fmt: skip
-            for _path, r in e.violations:
-                bad += 1
-                print(f"  {r.violation}")
-                if a.trace:
-                    print("\n".join("    " + t for t in r.trace))
-        return 1 if bad else 0
-    from qjm.testing.sim import run_seed
-
-    if a.seed is None:
-        print("qjm sim: give --seed N (or --sweep / --explore)", file=sys.stderr)
-        return 2
-    r = run_seed(a.seed, steps=a.steps, bugs=bugs, keep_trace=True)
-    if a.trace:
-        print("\n".join(r.trace))
-    verdict = "ok" if r.ok else f"VIOLATION: {r.violation}"
-    print(f"seed {a.seed}: {verdict}")
-    print("  " + ", ".join(f"{k} {v}" for k, v in sorted(r.stats.items()) if v))
-    return 0 if r.ok else 1
-
-
-def _faultsim(a: argparse.Namespace) -> int:
-    """Many simulator seeds over Spark (or a local process pool without pyspark)."""
-    from qjm.testing.faultsim import parse_range, run_faultsim
-
-    rep = run_faultsim(
-        parse_range(a.seeds), master=a.master, steps=a.steps, bugs=a.bugs, batch=a.batch,
-        use_spark=False if a.local else None,
-    )  # fmt: skip
-    print(rep.summary())
-    return 0 if not rep.failures else 1
-
-
-def _chaos(a: argparse.Namespace) -> int:
-    """Writer processes and JournalNodes killed and paused at random; verify every acknowledged txid."""
-    from qjm.testing.chaos import ChaosConfig, parse_duration, run_chaos
-
-    cfg = ChaosConfig(
-        duration=parse_duration(a.duration), writers=a.writers, nodes=a.nodes, seed=a.seed, proxy=not a.no_proxy,
-        base_dir=a.dir,
-    )  # fmt: skip
-    rep = run_chaos(cfg, out=sys.stderr)
-    print(rep.summary())
-    return 0 if rep.ok else 1
 
 
 class _Parser(argparse.ArgumentParser):
@@ -304,7 +236,50 @@ def _add_uri_arg(s: argparse.ArgumentParser) -> None:
     _add_settings_args(s)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def register(add: AddCommand) -> None:
+    """Add the operator's commands to the ``qjm`` command."""
+    s = add(
+        "journalnode", help="run a JournalNode",
+        description="Run a JournalNode: a control-plane port (gRPC) and a data-plane port (framed TCP), both "
+        "to be reachable from every writer and reader, and an HTTP port for /metrics (Prometheus), /health and "
+        "/status (docs/observability.md). Each option also reads QJM_<OPTION> and the "
+        "[journalnode] table of --config.",
+    )  # fmt: skip
+    add_node_arguments(s)
+    s.set_defaults(fn=serve_node)
+
+    s = add("format", help="format a journal on every node")
+    _add_uri_arg(s)
+    s.add_argument("--force", action="store_true", help="wipe existing data")
+    s.set_defaults(fn=_format)
+
+    s = add(
+        "status", help="per-node state, epochs, txids and lag; exit 0 in sync, 1 degraded, 2 no quorum",
+        description="Ask every node for the journal's state. Exit code: 0 every node in sync; 1 degraded "
+        "(a quorum is fine, some node is unreachable, unformatted or behind); 2 no quorum, or not "
+        "formatted; 3 the check could not run (bad URI or settings).",
+    )  # fmt: skip
+    if isinstance(s, _Parser):
+        s.usage_exit = UNKNOWN
+    _add_uri_arg(s)
+    s.add_argument("--json", action="store_true", help="print the state and each node's answer as JSON")
+    s.set_defaults(fn=_status)
+
+    s = add("tail", help="print committed records")
+    _add_uri_arg(s)
+    s.add_argument("--from", dest="from_txid", type=int, default=1, help="first txid to print (default 1)")
+    s.add_argument("-f", "--follow", action="store_true", help="keep printing new records as they commit")
+    s.add_argument("--hex", action="store_true", help="print records as hex instead of UTF-8 text")
+    s.set_defaults(fn=_tail)
+
+    s = add("dump", help="show the frames of a segment file")
+    s.add_argument("file", help="a segment file (edits_* in a journal directory)")
+    s.add_argument("--records", action="store_true", help="also print each record (first 60 bytes)")
+    s.set_defaults(fn=_dump)
+
+
+def build_parser(*groups: Register) -> argparse.ArgumentParser:
+    """The ``qjm`` parser with the subcommands each of ``groups`` registers."""
     p = _Parser(
         prog="qjm",
         description="qjm: a replicated, fenced write-ahead log",
@@ -315,104 +290,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
     p.commands = sub.choices
-
-    s = sub.add_parser(
-        "journalnode", help="run a JournalNode",
-        description="Run a JournalNode: a control-plane port (gRPC) and a data-plane port (framed TCP), both "
-        "to be reachable from every writer and reader. Each option also reads QJM_<OPTION> and the "
-        "[journalnode] table of --config.",
-    )  # fmt: skip
-    for key, (_, text) in NODE_KEYS.items():
-        if key == "http_address":
-            continue  # read from files for the HTTP endpoint; no flag until it is served
-        names = [flag_name(key), "--host"] if key == "bind" else [flag_name(key)]
-        s.add_argument(*names, dest=key, default=None, metavar=metavar(key), help=text)
-    _add_settings_args(s)
-    s.add_argument("--fault", default="", help=argparse.SUPPRESS)
-    s.add_argument("--ready-line", action="store_true", help="print READY ... on stdout once serving")
-    s.set_defaults(fn=_journalnode)
-
-    s = sub.add_parser("format", help="format a journal on every node")
-    _add_uri_arg(s)
-    s.add_argument("--force", action="store_true", help="wipe existing data")
-    s.set_defaults(fn=_format)
-
-    s = sub.add_parser(
-        "status", help="per-node state, epochs, txids and lag; exit 0 in sync, 1 degraded, 2 no quorum",
-        description="Ask every node for the journal's state. Exit code: 0 every node in sync; 1 degraded "
-        "(a quorum is fine, some node is unreachable, unformatted or behind); 2 no quorum, or not "
-        "formatted; 3 the check could not run (bad URI or settings).",
-    )  # fmt: skip
-    s.usage_exit = UNKNOWN
-    _add_uri_arg(s)
-    s.add_argument("--json", action="store_true", help="print the state and each node's answer as JSON")
-    s.set_defaults(fn=_status)
-
-    s = sub.add_parser("tail", help="print committed records")
-    _add_uri_arg(s)
-    s.add_argument("--from", dest="from_txid", type=int, default=1, help="first txid to print (default 1)")
-    s.add_argument("-f", "--follow", action="store_true", help="keep printing new records as they commit")
-    s.add_argument("--hex", action="store_true", help="print records as hex instead of UTF-8 text")
-    s.set_defaults(fn=_tail)
-
-    s = sub.add_parser("dump", help="show the frames of a segment file")
-    s.add_argument("file", help="a segment file (edits_* in a journal directory)")
-    s.add_argument("--records", action="store_true", help="also print each record (first 60 bytes)")
-    s.set_defaults(fn=_dump)
-
-    s = sub.add_parser("cluster", help="local clusters for trying qjm out")
-    cs = s.add_subparsers(dest="cluster_cmd", required=True)
-    up = cs.add_parser("up", help="run N local JournalNodes until Ctrl-C")
-    up.add_argument("--nodes", type=int, default=3, help="how many JournalNodes (default 3)")
-    up.add_argument("--dir", default=None, help="keep the nodes' data here (default: a temporary directory)")
-    up.add_argument("--journal", default="demo", help="journal id of the URI printed (default demo)")
-    up.set_defaults(fn=_cluster_up)
-
-    s = sub.add_parser("demo", help="3 nodes, a writer, a node killed, a failover, everything read back")
-    s.add_argument("--records", type=int, default=2000, help="records the demo writes (default 2000)")
-    s.set_defaults(fn=_demo)
-
-    s = sub.add_parser("bench", help="latency/throughput against the disk's floor")
-    s.add_argument("--smoke", action="store_true", help="a short run that checks the bench works")
-    s.add_argument("--json", action="store_true", help="print the results as JSON")
-    s.add_argument("--plot", default=None, metavar="PNG", help="latency CDF and throughput bars (matplotlib)")
-    s.add_argument("--peers", action="store_true", help="also ZooKeeper, etcd and NATS JetStream on loopback")
-    s.set_defaults(fn=_bench)
-
-    s = sub.add_parser("sim", help="deterministic fault simulation: replay a seed, sweep double failures, search")
-    s.add_argument("--seed", type=int, default=None, help="the seed to run")
-    s.add_argument("--trace", action="store_true", help="print every call, fault and check of the run")
-    s.add_argument("--steps", type=int, default=400, help="scheduler steps before the final recovery")
-    s.add_argument("--bugs", default="", help="test-only protocol bugs to switch on (comma separated)")
-    s.add_argument("--sweep", action="store_true", help="the double-failure sweep (Hadoop TestQJMWithFaults)")
-    s.add_argument("--explore", action="store_true", help="search every execution of the small worlds")
-    s.add_argument("--time-limit", type=float, default=120.0, help="seconds per world for --explore")
-    s.set_defaults(fn=_sim)
-
-    s = sub.add_parser("faultsim", help="run many simulator seeds on Spark (any master) or a local pool")
-    s.add_argument("--seeds", default="0:10000", help="lo:hi")
-    s.add_argument("--master", default="local[*]")
-    s.add_argument("--steps", type=int, default=400)
-    s.add_argument("--bugs", default="")
-    s.add_argument("--batch", type=int, default=None, help="seeds per Spark job (progress is printed per job)")
-    s.add_argument("--local", action="store_true", help="use a local process pool even if pyspark imports")
-    s.set_defaults(fn=_faultsim)
-
-    s = sub.add_parser("chaos", help="process-level chaos: writers and nodes SIGKILLed/SIGSTOPped, then verified")
-    s.add_argument("--duration", default="60s", help="e.g. 60s, 10m")
-    s.add_argument("--writers", type=int, default=3)
-    s.add_argument("--nodes", type=int, default=3)
-    s.add_argument("--seed", type=int, default=None)
-    s.add_argument("--dir", default=None, help="keep the cluster and logs here")
-    s.add_argument("--no-proxy", action="store_true", help="no TCP proxy in front of the nodes")
-    s.set_defaults(fn=_chaos)
+    for group in groups:
+        group(sub.add_parser)
+    _add_log_args(p, top=True)
+    for cmd in sub.choices.values():
+        _add_log_args(cmd, top=False)
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    a = build_parser().parse_args(argv)
-    level = logging.INFO if a.verbose or a.cmd == "journalnode" else logging.WARNING
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+def _add_log_args(p: argparse.ArgumentParser, *, top: bool) -> None:
+    """Accepted before or after the command name; a command's own default never overrides the top's."""
+    p.add_argument(
+        "--log-level", type=str.lower, choices=LEVELS, default=None if top else argparse.SUPPRESS,
+        help="log threshold (default: info for journalnode, else warning; -v means info)",
+    )  # fmt: skip
+    p.add_argument(
+        "--log-format", choices=FORMATS, default="text" if top else argparse.SUPPRESS,
+        help="text, or json: one JSON object per line (time, level, logger, message)",
+    )  # fmt: skip
+
+
+def main(argv: Sequence[str] | None = None, groups: Sequence[Register] = (register,)) -> int:
+    """Run one ``qjm`` command; ``groups`` register the commands there are (the operator's alone here)."""
+    a = build_parser(*groups).parse_args(argv)
+    level = a.log_level or ("info" if a.verbose or a.cmd == "journalnode" else "warning")
+    configure_logging(level, a.log_format)
     try:
         return int(a.fn(a))
     except QJMError as e:

@@ -19,6 +19,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 
+from qjm.cli import main as cli_main
 from qjm.client.reader import open_reader
 from qjm.client.writer import open_writer
 from qjm.errors import FencedError, QJMError
@@ -131,8 +132,6 @@ def _run(records: int, workdir: str) -> int:
             return 1
         print(f"    read {len(got)} records, txids 1-{last}, all intact; A's fenced record is nowhere")
         try:
-            from qjm.cli import main as cli_main
-
             _step(9, "qjm status")
             cli_main(["status", c.uri])
         except QJMError:

@@ -115,7 +115,7 @@ class NotFoundError(QJMError):
 
 
 class InvariantViolation(QJMError, AssertionError):
-    """A protocol invariant would break (design.md §3): never swallowed, always loud."""
+    """A protocol invariant would break (design §2.7): never swallowed, always loud."""
 
     code = "INVARIANT"
 

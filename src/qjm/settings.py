@@ -27,6 +27,7 @@ from qjm.errors import ConfigError
 DEFAULT_BIND = "127.0.0.1"
 DEFAULT_RPC_PORT = 8485
 DEFAULT_DATA_PORT = 8486
+DEFAULT_HTTP_PORT = 8480  # Hadoop's JournalNode HTTP port
 CONFIG_ENV = "QJM_CONFIG"
 HADOOP_CONF_ENV = "QJM_HADOOP_CONF"
 
@@ -118,7 +119,15 @@ NODE_KEYS: dict[str, tuple[Converter, str]] = {
         _advertise,
         "HOST[:PORT] clients are told for the data plane (default: advertise, else rpc_advertise's host)",
     ),
-    "http_address": (_host_port, "HOST:PORT of the HTTP port (Hadoop's dfs.journalnode.http-address)"),
+    "http_bind": (_host, "host the HTTP port (/metrics, /health, /status) listens on (default: bind, else rpc_bind)"),
+    "http_port": (
+        _port,
+        f"HTTP port for /metrics, /health and /status (default {DEFAULT_HTTP_PORT}; 0 picks a free one)",
+    ),
+    "http_address": (
+        _host_port,
+        "HOST:PORT of the HTTP port (Hadoop's dfs.journalnode.http-address); http_bind and http_port win over it",
+    ),
 }
 
 _BY_TYPE: dict[str, Converter] = {"int": _number(int), "float": _number(float), "str": _text}
@@ -334,7 +343,7 @@ def config_from_hadoop_xml(path: str) -> QJMConfig:
 
 # A shared key stands for its per-port keys within its own layer, so that a flag --bind beats a
 # file's rpc_bind, while a file's rpc_bind beats the same file's bind.
-SHARED_KEYS = {"bind": ("rpc_bind", "data_bind"), "advertise": ("rpc_advertise", "data_advertise")}
+SHARED_KEYS = {"bind": ("rpc_bind", "data_bind", "http_bind"), "advertise": ("rpc_advertise", "data_advertise")}
 
 
 def _expand(layer: Mapping[str, Value]) -> dict[str, Value]:
@@ -404,7 +413,8 @@ class NodeSettings:
     data_port: int = DEFAULT_DATA_PORT
     rpc_advertise: str | None = None
     data_advertise: str | None = None
-    http_address: str | None = None
+    http_bind: str = DEFAULT_BIND
+    http_port: int = DEFAULT_HTTP_PORT
     origins: tuple[tuple[str, str], ...] = ()  # key → where its value came from, for the start log
 
 
@@ -421,6 +431,9 @@ def node_settings(values: Mapping[str, Value]) -> NodeSettings:
         )
     rpc_bind = get("rpc_bind", DEFAULT_BIND)
     rpc_advertise = get("rpc_advertise")
+    http_host, http_port = (
+        split_host_port(get("http_address"), what="http_address") if "http_address" in values else (None, None)
+    )
     return NodeSettings(
         data_dir=get("data_dir"),
         rpc_bind=rpc_bind,
@@ -429,7 +442,8 @@ def node_settings(values: Mapping[str, Value]) -> NodeSettings:
         data_port=get("data_port", DEFAULT_DATA_PORT),
         rpc_advertise=rpc_advertise,
         data_advertise=get("data_advertise", split_host_port(rpc_advertise, 0)[0] if rpc_advertise else None),
-        http_address=get("http_address"),
+        http_bind=get("http_bind", http_host if http_host is not None else rpc_bind),
+        http_port=get("http_port", http_port if http_port is not None else DEFAULT_HTTP_PORT),
         origins=tuple((k, v.origin) for k, v in sorted(values.items())),
     )
 

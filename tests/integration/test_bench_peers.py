@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from qjm import bench_peers
+from qjm.bench import peers
 
 pytestmark = pytest.mark.integration
 
@@ -34,16 +34,16 @@ def _processes_using(path: str) -> list[int]:
 
 
 def _require(name: str) -> None:
-    missing = bench_peers.missing_binaries(name)
-    assert not missing, f"{name}: {', '.join(missing)} not installed; {bench_peers.INSTALL_HINT}"
+    missing = peers.missing_binaries(name)
+    assert not missing, f"{name}: {', '.join(missing)} not installed; {peers.INSTALL_HINT}"
 
 
-@pytest.mark.parametrize("name", bench_peers.PEERS)
+@pytest.mark.parametrize("name", peers.PEERS)
 def test_peer_cluster_commits_reads_back_and_leaves_nothing(name: str, tmp_path: Path) -> None:
     _require(name)
     base = str(tmp_path / name)
     values = [os.urandom(1024), b"r" * 100, b"qjm"]
-    with bench_peers.running(name, base) as (cluster, client):
+    with peers.running(name, base) as (cluster, client):
         pids = cluster.pids
         assert len(pids) == 3
         assert sorted(_processes_using(base)) == sorted(pids)  # each server is its own process
@@ -61,7 +61,7 @@ def test_servers_are_killed_when_the_body_fails(tmp_path: Path) -> None:
     _require("nats")
     base = str(tmp_path / "failing")
     pids: list[int] = []
-    with pytest.raises(RuntimeError, match="the benchmark broke"), bench_peers.running("nats", base) as (cluster, _):
+    with pytest.raises(RuntimeError, match="the benchmark broke"), peers.running("nats", base) as (cluster, _):
         pids = cluster.pids
         raise RuntimeError("the benchmark broke")
     assert len(pids) == 3

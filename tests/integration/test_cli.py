@@ -74,3 +74,9 @@ def test_journalnode_refuses_a_locked_directory(cluster: MiniJournalCluster) -> 
 def test_bad_uri_is_a_clear_error() -> None:
     r = run("status", "qjournal://localhost:1/../etc")
     assert r.returncode == 3 and "bad journal id" in r.stderr  # 3: the check could not run
+
+
+def test_journalnode_takes_no_fault_option(tmp_path: object) -> None:
+    """Fault injection reaches a node through the test harness (qjm.testing.node) only."""
+    r = run("journalnode", "--data-dir", str(tmp_path), "--fault", "before_append=exit")
+    assert r.returncode == 2 and "unrecognized arguments: --fault" in r.stderr

@@ -5,7 +5,6 @@ loader for the files, and the unit's command line run for real against the sampl
 from __future__ import annotations
 
 import configparser
-import os
 import shlex
 import shutil
 import subprocess
@@ -49,15 +48,15 @@ def test_the_systemd_unit_verifies(tmp_path: Path) -> None:
 
 def test_the_unit_command_starts_a_node_on_the_sample_toml(tmp_path: Path) -> None:
     """The unit's command line with the sample TOML in place of /etc/qjm/journalnode.toml: the node
-    reads the file and serves, advertising the file's host name. Flags and the environment move it
-    to loopback, free ports and a scratch directory."""
+    reads the file and serves, advertising the file's host name. Flags move it to loopback, free
+    ports and a scratch directory."""
     cmd = exec_start()
     assert cmd[:2] == [INSTALLED_QJM, "journalnode"] and INSTALLED_TOML in cmd, cmd
     args = [str(TOML) if a == INSTALLED_TOML else a for a in cmd[2:]]
-    overrides = ["--data-dir", str(tmp_path / "data"), "--bind", "127.0.0.1", "--rpc-port", "0", "--data-port", "0"]
-    env = dict(os.environ, QJM_HTTP_ADDRESS="127.0.0.1:0")
+    overrides = ["--data-dir", str(tmp_path / "data"), "--bind", "127.0.0.1"]
+    overrides += ["--rpc-port", "0", "--data-port", "0", "--http-port", "0"]
     log = tmp_path / "node.log"
-    node = NodeProcess([*args, *overrides], log=log, env=env)
+    node = NodeProcess([*args, *overrides], log=log)
     try:
         rpc_port = node.ready["rpc_bind"].rsplit(":", 1)[1]
         assert node.ready["rpc_bind"].startswith("127.0.0.1:")
@@ -72,7 +71,7 @@ def test_the_unit_command_starts_a_node_on_the_sample_toml(tmp_path: Path) -> No
 def test_the_sample_toml_is_what_it_says() -> None:
     node = node_settings(gather("journalnode", config_path=str(TOML), env={}))
     assert (node.data_dir, node.rpc_bind, node.data_bind) == ("/var/lib/qjm", "0.0.0.0", "0.0.0.0")
-    assert (node.rpc_port, node.data_port, node.http_address) == (8485, 8486, "0.0.0.0:8480")
+    assert (node.rpc_port, node.data_port, node.http_bind, node.http_port) == (8485, 8486, "0.0.0.0", 8480)
     assert (node.rpc_advertise, node.data_advertise) == ("jn1.example", "jn1.example")
     client = client_settings(gather("client", config_path=str(TOML), env={}))
     assert client.uri == URI
@@ -83,7 +82,7 @@ def test_the_sample_hdfs_site_is_what_it_says() -> None:
     node = node_settings(gather("journalnode", hadoop_conf=str(HDFS_SITE), env={}))
     assert (node.data_dir, node.rpc_bind, node.rpc_port) == ("/var/lib/qjm", "0.0.0.0", 8485)
     assert (node.data_bind, node.rpc_advertise, node.data_advertise) == ("0.0.0.0", "jn1.example", "jn1.example")
-    assert node.http_address == "0.0.0.0:8480"
+    assert (node.http_bind, node.http_port) == ("0.0.0.0", 8480)
     client = client_settings(gather("client", hadoop_conf=str(HDFS_SITE), env={}))
     assert client.uri == URI
     assert client.config.timeouts.write_txns == 20.0 and client.config.queued_edits_limit_bytes == 10 << 20

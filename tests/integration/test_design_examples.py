@@ -1,4 +1,4 @@
-"""Seed 002 §2.10.1-2.10.7 and seed 004, reproduced on real nodes with the exact per-node states.
+"""Design §2.10.1-2.10.7 and HDFS-3845, reproduced on real nodes with the exact per-node states.
 
 Each scenario builds the table's state with injected faults, checks every node's files against
 the table, runs a recovery with the quorum the text discusses, and checks the recovered end and
@@ -257,7 +257,7 @@ def test_design_2_10_7_multiple_recoveries_first_failed(icluster: MiniJournalClu
     assert_finalized_identical(c, [0, 1, 2], 101, 150)
 
 
-# -- seed 004 ------------------------------------------------------------------------------
+# -- HDFS-3845 (design §2.10.6) -------------------------------------------------------------
 
 
 def setup_seed_004(c: MiniJournalCluster) -> None:

@@ -76,6 +76,7 @@ def test_a_wildcard_bind_is_never_advertised_and_clients_still_reach_the_data_pl
     and the writer dials the host it reached the control plane at."""
     for i in range(3):
         args = ["--data-dir", str(tmp_path / f"n{i}"), "--bind", "0.0.0.0", "--rpc-port", "0", "--data-port", "0"]
+        args += ["--http-port", "0"]  # three nodes on one host: not all on the default 8480
         nodes.append(NodeProcess(args, log=tmp_path / f"n{i}.log", env=clean_env()))
     for n in nodes:
         assert n.ready["rpc_bind"].startswith("0.0.0.0:")
@@ -152,7 +153,7 @@ def test_a_node_configured_by_file_env_and_flags_in_that_precedence(tmp_path: Pa
     toml = tmp_path / "qjm.toml"
     toml.write_text(f'[journalnode]\ndata_dir = "{tmp_path / "from-toml"}"\ndata_port = {ports[1]}\n')
     n = NodeProcess(
-        ["--hadoop-conf", str(xml), "--config", str(toml), "--data-port", str(ports[3])],
+        ["--hadoop-conf", str(xml), "--config", str(toml), "--data-port", str(ports[3]), "--http-port", "0"],
         env=clean_env({"QJM_DATA_PORT": str(ports[2]), "QJM_RPC_ADVERTISE": "localhost"}),
         log=tmp_path / "n.log",
     )
@@ -242,18 +243,25 @@ def test_user_errors_get_no_traceback(tmp_path: Path) -> None:
     r = qjm_cmd("cluster", "up", "--dir", str(tmp_path / "file" / "sub"))
     assert_clean_error(r, "Not a directory", str(tmp_path / "file"))
     r = qjm_cmd("status", "qjournal://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3/j")
-    assert_clean_error(r, "use ';'", code=3)  # used to be taken as one host name, and exit 0
+    assert_clean_error(r, "use ';'", code=3)  # not one host name
     assert_clean_error(qjm_cmd("status", "--no-such-flag"), "unrecognized arguments", code=3)
     assert_clean_error(qjm_cmd("status"), "no journal URI", code=3)
 
 
 def test_every_option_has_help() -> None:
-    from qjm.cli import build_parser
+    from qjm import cli
+    from qjm.testing import cli as harness
 
-    p = build_parser()
-    harness = {"faultsim", "chaos"}  # test-harness commands, on their way out of the user's CLI
-    for parser in [p, *(sub for name, sub in p.commands.items() if name not in harness)]:
+    def parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+        found = [parser]
         for action in parser._actions:  # argparse has no public list of a parser's options
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    found += parsers(sub)
+        return found
+
+    for parser in parsers(cli.build_parser(cli.register, harness.register)):
+        for action in parser._actions:
             if action.help != argparse.SUPPRESS and not isinstance(action, argparse._SubParsersAction):
                 assert action.help, f"{parser.prog} {action.option_strings or action.dest} has no help"
     assert "qjournal://HOST:PORT;HOST:PORT;HOST:PORT/JOURNAL_ID" in qjm_cmd("status", "--help").stdout

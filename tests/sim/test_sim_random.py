@@ -2,7 +2,7 @@
 
 Each seed is one execution of the real Journal and client code under seeded faults (lost calls,
 lost replies, node crashes with torn tails, partitions, lagging nodes, writers dying in any phase,
-competing writers), with the invariants of design.md §3 checked after every step.
+competing writers), with the invariants of design §2.7 checked after every step.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from qjm.cli import main
+from qjm.__main__ import main
 from qjm.testing.faultsim import run_faultsim
 from qjm.testing.sim import Simulation, run_seed
 

@@ -223,3 +223,16 @@ def test_journal_to_parquet_example_pipeline(spark: Any, uri: str, tmp_path: Pat
     back = spark.read.parquet(out)
     assert back.columns == ["txid", "segment", "epoch", "amount", "id", "kind"]
     assert back.agg(F.min("id"), F.max("id")).first() == (100, 1999)  # txid = id + 2 (begin marker at 1)
+
+
+def test_the_docs_quick_start_runs_as_written(spark: Any, uri: str) -> None:
+    """docs/spark.md's first example, with only its URI replaced by a fresh journal's."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "spark.md").read_text(encoding="utf-8")
+    example = text.split("```python\n", 1)[1].split("```", 1)[0]
+    placeholder = '"qjournal://h1:8485;h2:8485;h3:8485/events"'
+    assert example.count(placeholder) == 1
+    namespace: dict[str, Any] = {}
+    exec(compile(example.replace(placeholder, repr(uri)), "docs/spark.md", "exec"), namespace)
+    assert namespace["spark"] is spark  # getOrCreate found the test's session
+    got = [(r.txid, r.record) for r in namespace["df"].selectExpr("txid", "CAST(record AS STRING) AS record").collect()]
+    assert [rec for _, rec in sorted(got)] == [str(i) for i in range(10)]

@@ -830,7 +830,7 @@ def test_accept_recovery_replaces_a_same_length_copy_from_an_older_writer(env: E
     n0.journal([frame(1, 1, epoch=1, seg=1, tag=b"old")])
     writing(n1, epoch=2)
     n1.journal([frame(1, 1, epoch=2, seg=1, tag=b"new")])
-    # Epoch 3 recovers: n1 wins on its writer epoch (seed 004) and every node accepts 1-1 from it.
+    # Epoch 3 recovers: n1 wins on its writer epoch (HDFS-3845) and every node accepts 1-1 from it.
     w = Writer(3)
     for j in (n0, n1):
         j.new_epoch(NS, 3)

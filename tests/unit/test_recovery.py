@@ -1,4 +1,4 @@
-"""Recovery-source choice: the worked examples of design §2.10 and seed 004, and order properties."""
+"""Recovery-source choice: the worked examples of design §2.10 and HDFS-3845, and order properties."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def choose_end(state: Mapping[str, R], subset: tuple[str, ...]) -> tuple[str, in
     return name, resp.segment_state.end_txid
 
 
-# -- the design's examples (seed 002 §2.10) ------------------------------------------------------
+# -- the design's examples (design §2.10) --------------------------------------------------------
 
 # §2.10.1: a batch reached JN2 and JN3 only; every quorum contains one of them -> 153.
 S_2_10_1 = {
@@ -238,7 +238,7 @@ def test_in_progress_seen_epoch_then_length() -> None:
     # higher max(accepted, writer) wins over a longer log
     assert compare_responses(inprog(101, 101, lwe=2), inprog(101, 150, lwe=1)) > 0
     assert compare_responses(inprog(101, 101, lwe=1, accepted=3), inprog(101, 150, lwe=2)) > 0
-    # the writer epoch counts even when an older proposal was accepted (seed 004)
+    # the writer epoch counts even when an older proposal was accepted (HDFS-3845)
     assert compare_responses(inprog(101, 150, lwe=3), inprog(101, 101, lwe=1, accepted=2)) > 0
     # equal seen epochs, whichever way they were reached: longer wins, equal lengths tie
     assert compare_responses(inprog(101, 150, lwe=2), inprog(101, 140, lwe=1, accepted=2)) > 0

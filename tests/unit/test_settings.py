@@ -101,7 +101,10 @@ def test_hadoop_node_keys(tmp_path: Path) -> None:
     st = node_settings(gather("journalnode", hadoop_conf=str(xml)))
     assert (st.data_dir, st.rpc_bind, st.rpc_port, st.rpc_advertise) == ("/var/lib/jn", "0.0.0.0", 8485, "jn1.example")
     assert (st.data_bind, st.data_port, st.data_advertise) == ("0.0.0.0", 8486, "jn1.example")
-    assert st.http_address == "0.0.0.0:8480"
+    assert (st.http_bind, st.http_port) == ("0.0.0.0", 8480)
+    # a flag's port or bind beats the file's http-address, each for its own half
+    st = node_settings(gather("journalnode", flags={"http_port": "9480"}, hadoop_conf=str(xml)))
+    assert (st.http_bind, st.http_port) == ("0.0.0.0", 9480)
     xml.write_text(
         "<configuration><property><name>dfs.journalnode.edits.dir</name><value>rel/dir</value></property>"
         "</configuration>"

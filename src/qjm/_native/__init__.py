@@ -45,6 +45,7 @@ PUBLIC_API: dict[str, tuple[str, ...]] = {
         "Receiver",
         "ACK_SIZE",
         "MAX_WINDOW_COUNT",
+        "wire_layout",
     ),
 }
 

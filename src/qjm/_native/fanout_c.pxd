@@ -1,7 +1,42 @@
 # Declarations of the native data plane (fanout_c.pyx): epoll, sockets, a mutex, the link table.
 
 from cpython.object cimport PyObject
-from libc.stdint cimport uint64_t
+from libc.stdint cimport int64_t, uint16_t, uint32_t, uint64_t
+
+
+# The data-plane messages (include/qjm/wire.h, the one declaration of them).
+cdef extern from "qjm/wire.h" nogil:
+    unsigned int QJM_HELLO_MAGIC
+    unsigned int QJM_COMMIT_MAGIC
+    unsigned int QJM_ACK_MAGIC
+    unsigned int QJM_ERROR_MAGIC
+    unsigned int QJM_WIRE_VERSION
+    unsigned int QJM_MAX_ERROR_CODE
+    unsigned int QJM_MAX_ERROR_TEXT
+
+    # Packed in the header (#pragma pack 1): read in place from any offset of a receive buffer.
+    ctypedef struct qjm_hello:
+        uint32_t magic
+        uint16_t version
+        uint16_t journal_id_len
+
+    ctypedef struct qjm_commit:
+        uint32_t magic
+        uint32_t reserved
+        uint64_t epoch
+        int64_t committed_txid
+
+    ctypedef struct qjm_ack:
+        uint32_t magic
+        uint32_t reserved
+        uint64_t txid
+
+    ctypedef struct qjm_error:
+        uint32_t magic
+        uint16_t code_len
+        uint16_t reserved
+        uint32_t message_len
+        int64_t durable_txid
 
 
 cdef extern from "<sys/epoll.h>" nogil:

@@ -44,9 +44,6 @@ class Fanout:
     def inflight(self, link: int) -> tuple[int, int]:
         """(frames, bytes) sent or queued on this link and not yet acknowledged."""
 
-    def unsent(self, link: int) -> int:
-        """Bytes queued on this link that the socket has not taken yet."""
-
     def quorum_txid(self, links: Iterable[int]) -> int:
         """Highest txid acknowledged by a majority of ``links`` (0 when none or no majority has one)."""
 
@@ -98,3 +95,6 @@ class Receiver:
 
     def ack(self, txid: int) -> None:
         """Tell the writer everything through ``txid`` is durable."""
+
+def wire_layout() -> dict[str, dict[str, int]]:
+    """Field offsets and sizes of the data-plane message headers, and the constants, from include/qjm/wire.h."""

@@ -22,11 +22,14 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_DECREF, Py_INCREF
 from libc.errno cimport EAGAIN, EINTR, ENOMEM, errno
-from libc.stdint cimport int64_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, realloc
-from libc.string cimport memcmp, memcpy, memmove, memset
+from libc.string cimport memcpy, memmove, memset
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 from posix.unistd cimport close as c_close, read as c_read, write as c_write
+
+
+from qjm._native.framing_c cimport QJM_FRAME_HEADER_SIZE, QJM_FRAME_MAGIC
 
 import os
 import traceback
@@ -38,16 +41,9 @@ cdef enum:
     MAX_LINKS = 1024
     SLOT_BITS = 10
     MAX_IOV = 64
-    RBUF = 131072                   # > the largest reply: 20 + 255 + MAX_ERROR_TEXT
-    ACK_SZ = 16                     # wire.ACK  <4sIQ
-    ERROR_HEAD = 20                 # wire.ERROR <4sHHIq
-    MAX_ERROR_TEXT = 65536
-    HELLO_SZ = 8                    # wire.HELLO <4sHH
-    COMMIT_SZ = 24                  # wire.COMMIT <4sIQq
-    FRAME_HDR = 64
+    RBUF = 131072                   # > the largest reply: an error with its code and its text (wire.h)
     RECV_CHUNK = 1048576
     NOGIL_SEND = 16384              # frames at least this long are queued without the GIL
-    WIRE_VERSION = 1
     MAX_EVENTS = 64
 
 cdef enum:
@@ -64,7 +60,13 @@ cdef enum:
 
 cdef unsigned long long WAKE = 0xFFFFFFFFFFFFFFFFULL
 
-ACK_SIZE = ACK_SZ
+ACK_SIZE = sizeof(qjm_ack)
+
+
+cdef inline uint32_t _magic(const unsigned char *p) noexcept nogil:
+    cdef uint32_t m
+    memcpy(&m, p, 4)
+    return m
 MAX_WINDOW_COUNT = 1 << 20
 
 
@@ -222,32 +224,28 @@ cdef void _parse(int ep, link_t *l) noexcept nogil:
     cdef Py_ssize_t pos = 0
     cdef Py_ssize_t need
     cdef const unsigned char *p
-    cdef uint64_t txid = 0
-    cdef uint16_t clen = 0
-    cdef uint32_t mlen = 0
-    cdef int64_t durable = 0
+    cdef const qjm_error *e
+    cdef uint32_t magic
     while l.rlen - pos >= 4:
         p = l.rbuf + pos
-        if memcmp(p, b"QJMA", 4) == 0:
-            if l.rlen - pos < ACK_SZ:
+        magic = _magic(p)
+        if magic == QJM_ACK_MAGIC:
+            if l.rlen - pos < <Py_ssize_t>sizeof(qjm_ack):
                 break
-            memcpy(&txid, p + 8, 8)
-            _acked(l, txid)
-            pos += ACK_SZ
-        elif memcmp(p, b"QJME", 4) == 0:
-            if l.rlen - pos < ERROR_HEAD:
+            _acked(l, (<const qjm_ack *>p).txid)
+            pos += sizeof(qjm_ack)
+        elif magic == QJM_ERROR_MAGIC:
+            if l.rlen - pos < <Py_ssize_t>sizeof(qjm_error):
                 break
-            memcpy(&clen, p + 4, 2)
-            memcpy(&mlen, p + 8, 4)
-            memcpy(&durable, p + 12, 8)
-            if mlen > MAX_ERROR_TEXT:
-                _fail(ep, l, F_REPLY, 0, p, ERROR_HEAD)
+            e = <const qjm_error *>p
+            if e.message_len > QJM_MAX_ERROR_TEXT:
+                _fail(ep, l, F_REPLY, 0, p, sizeof(qjm_error))
                 return
-            need = ERROR_HEAD + clen + mlen
+            need = sizeof(qjm_error) + <Py_ssize_t>e.code_len + <Py_ssize_t>e.message_len
             if l.rlen - pos < need:
                 break
-            if durable > 0:
-                _acked(l, <uint64_t>durable)
+            if e.durable_txid > 0:
+                _acked(l, <uint64_t>e.durable_txid)
             _fail(ep, l, F_REPLY, 0, p, need)
             return
         else:
@@ -562,19 +560,6 @@ cdef class Fanout:
             pthread_mutex_unlock(&l.mu)
         return c, b
 
-    def unsent(self, link):
-        """Bytes queued on this link that the socket has not taken yet."""
-        cdef int s = 0
-        cdef link_t *l = self._get(link, &s)
-        cdef Py_ssize_t i
-        cdef Py_ssize_t total = 0
-        with nogil:
-            pthread_mutex_lock(&l.mu)
-            for i in range(l.qhead, l.qlen):
-                total += l.q[i].len - l.q[i].off
-            pthread_mutex_unlock(&l.mu)
-        return total
-
     def quorum_txid(self, links):
         """Highest txid acknowledged by a majority of ``links`` (0 when none or no majority has one)."""
         cdef list acks = []
@@ -837,23 +822,24 @@ cdef class Receiver:
 
     def hello(self):
         """The journal id the writer names, or None if it hung up first."""
-        cdef uint16_t version = 0
-        cdef uint16_t jlen = 0
+        cdef const qjm_hello *h
+        cdef Py_ssize_t size = sizeof(qjm_hello)
+        cdef Py_ssize_t jlen = 0
         while True:
-            if self._len >= HELLO_SZ:
-                memcpy(&version, self._buf + 4, 2)
-                memcpy(&jlen, self._buf + 6, 2)
-                if memcmp(self._buf, b"QJMH", 4) != 0 or version != WIRE_VERSION:
+            if self._len >= size:
+                h = <const qjm_hello *>self._buf
+                jlen = h.journal_id_len
+                if h.magic != QJM_HELLO_MAGIC or h.version != QJM_WIRE_VERSION:
                     raise CorruptFrameError(
-                        f"bad data-plane hello {PyBytes_FromStringAndSize(<char *>self._buf, HELLO_SZ)!r}",
+                        f"bad data-plane hello {PyBytes_FromStringAndSize(<char *>self._buf, size)!r}",
                         reason="wire")
-                if self._len >= HELLO_SZ + jlen:
-                    jid = PyBytes_FromStringAndSize(<char *>self._buf + HELLO_SZ, jlen).decode(errors="replace")
-                    self._consume(HELLO_SZ + jlen)
+                if self._len >= size + jlen:
+                    jid = PyBytes_FromStringAndSize(<char *>self._buf + size, jlen).decode(errors="replace")
+                    self._consume(size + jlen)
                     return jid
             if self._eof:
                 return None
-            self._fill(HELLO_SZ + (jlen if self._len >= HELLO_SZ else 0))
+            self._fill(size + jlen)
 
     def next_run(self):
         """Every complete frame and commit notice received so far, waiting for at least one.
@@ -867,8 +853,10 @@ cdef class Receiver:
         cdef Py_ssize_t pos
         cdef Py_ssize_t need
         cdef Py_ssize_t flen
-        cdef uint64_t epoch = 0
-        cdef int64_t txid = 0
+        cdef Py_ssize_t frame_hdr = QJM_FRAME_HEADER_SIZE
+        cdef Py_ssize_t commit_size = sizeof(qjm_commit)
+        cdef const qjm_commit *c
+        cdef uint32_t magic
         cdef const unsigned char *p
         while True:
             pos = 0
@@ -876,25 +864,25 @@ cdef class Receiver:
             try:
                 while self._len - pos >= 4:
                     p = self._buf + pos
-                    if memcmp(p, b"QJMF", 4) == 0:
-                        if self._len - pos < FRAME_HDR:
-                            need = pos + FRAME_HDR
+                    magic = _magic(p)
+                    if magic == QJM_FRAME_MAGIC:
+                        if self._len - pos < frame_hdr:
+                            need = pos + frame_hdr
                             break
-                        h = _decode_header(PyBytes_FromStringAndSize(<const char *>p, FRAME_HDR))
-                        flen = FRAME_HDR + <Py_ssize_t>h.payload_len
+                        h = _decode_header(PyBytes_FromStringAndSize(<const char *>p, frame_hdr))
+                        flen = frame_hdr + <Py_ssize_t>h.payload_len
                         if self._len - pos < flen:
                             need = pos + flen
                             break
                         frames.append(PyBytes_FromStringAndSize(<const char *>p, flen))
                         pos += flen
-                    elif memcmp(p, b"QJMC", 4) == 0:
-                        if self._len - pos < COMMIT_SZ:
-                            need = pos + COMMIT_SZ
+                    elif magic == QJM_COMMIT_MAGIC:
+                        if self._len - pos < commit_size:
+                            need = pos + commit_size
                             break
-                        memcpy(&epoch, p + 8, 8)
-                        memcpy(&txid, p + 16, 8)
-                        commits.append((epoch, txid))
-                        pos += COMMIT_SZ
+                        c = <const qjm_commit *>p
+                        commits.append((c.epoch, c.committed_txid))
+                        pos += commit_size
                     else:
                         raise CorruptFrameError(
                             f"unexpected data-plane message magic {PyBytes_FromStringAndSize(<const char *>p, 4)!r}",
@@ -913,16 +901,17 @@ cdef class Receiver:
 
     def ack(self, unsigned long long txid):
         """Tell the writer everything through ``txid`` is durable."""
-        cdef unsigned char msg[ACK_SZ]
+        cdef qjm_ack msg
+        cdef const char *b = <const char *>&msg
         cdef Py_ssize_t off = 0
         cdef ssize_t r = 0
         cdef int fd = self._fd
-        memcpy(msg, b"QJMA", 4)
-        memset(msg + 4, 0, 4)
-        memcpy(msg + 8, &txid, 8)
+        msg.magic = QJM_ACK_MAGIC
+        msg.reserved = 0
+        msg.txid = txid
         with nogil:
-            while off < ACK_SZ:
-                r = send(fd, msg + off, <size_t>(ACK_SZ - off), MSG_NOSIGNAL)
+            while off < <Py_ssize_t>sizeof(qjm_ack):
+                r = send(fd, b + off, sizeof(qjm_ack) - <size_t>off, MSG_NOSIGNAL)
                 if r < 0:
                     if errno == EINTR:
                         continue
@@ -930,3 +919,53 @@ cdef class Receiver:
                 off += r
         if r < 0:
             raise OSError(errno, os.strerror(errno))
+
+
+def wire_layout():
+    """Field offsets and sizes of the data-plane message headers, and the constants, from wire.h."""
+    cdef qjm_hello h
+    cdef qjm_commit c
+    cdef qjm_ack a
+    cdef qjm_error e
+    cdef char *hb = <char *>&h
+    cdef char *cb = <char *>&c
+    cdef char *ab = <char *>&a
+    cdef char *eb = <char *>&e
+    return {
+        "hello": {
+            "magic": <char *>&h.magic - hb,
+            "version": <char *>&h.version - hb,
+            "journal_id_len": <char *>&h.journal_id_len - hb,
+            "size": sizeof(qjm_hello),
+        },
+        "commit": {
+            "magic": <char *>&c.magic - cb,
+            "reserved": <char *>&c.reserved - cb,
+            "epoch": <char *>&c.epoch - cb,
+            "committed_txid": <char *>&c.committed_txid - cb,
+            "size": sizeof(qjm_commit),
+        },
+        "ack": {
+            "magic": <char *>&a.magic - ab,
+            "reserved": <char *>&a.reserved - ab,
+            "txid": <char *>&a.txid - ab,
+            "size": sizeof(qjm_ack),
+        },
+        "error": {
+            "magic": <char *>&e.magic - eb,
+            "code_len": <char *>&e.code_len - eb,
+            "reserved": <char *>&e.reserved - eb,
+            "message_len": <char *>&e.message_len - eb,
+            "durable_txid": <char *>&e.durable_txid - eb,
+            "size": sizeof(qjm_error),
+        },
+        "constants": {
+            "HELLO_MAGIC": QJM_HELLO_MAGIC,
+            "COMMIT_MAGIC": QJM_COMMIT_MAGIC,
+            "ACK_MAGIC": QJM_ACK_MAGIC,
+            "ERROR_MAGIC": QJM_ERROR_MAGIC,
+            "WIRE_VERSION": QJM_WIRE_VERSION,
+            "MAX_ERROR_CODE": QJM_MAX_ERROR_CODE,
+            "MAX_ERROR_TEXT": QJM_MAX_ERROR_TEXT,
+        },
+    }

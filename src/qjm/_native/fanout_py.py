@@ -12,25 +12,20 @@ import collections
 import errno
 import selectors
 import socket
-import struct
 import threading
 from collections.abc import Callable, Iterable
 
 from qjm._native.framing_py import decode_header
 from qjm.errors import CorruptFrameError
+from qjm.protocol import wire
+from qjm.protocol.frame import FRAME_HEADER_SIZE, FRAME_MAGIC
 
-ACK_SIZE = 16
+ACK_SIZE = wire.ACK.size
 MAX_WINDOW_COUNT = 1 << 20
 
-_ACK = struct.Struct("<4sIQ")
-_ERROR_HEAD = struct.Struct("<4sHHIq")
-_HELLO = struct.Struct("<4sHH")
-_COMMIT = struct.Struct("<4sIQq")
-_MAX_ERROR_TEXT = 65536
-_RBUF = 131072
+_RBUF = 131072  # > the largest reply: the error header, its code and its text
 _RECV = 1 << 20
-_FRAME_HEADER = 64
-_WIRE_VERSION = 1
+_FRAME_MAGIC = FRAME_MAGIC.to_bytes(4, "little")
 
 Callback = Callable[[int, int, str, object], None]
 
@@ -87,19 +82,19 @@ class _Link:
         pos = 0
         while self.open and len(buf) - pos >= 4:
             magic = bytes(buf[pos : pos + 4])
-            if magic == b"QJMA":
-                if len(buf) - pos < _ACK.size:
+            if magic == wire.ACK_MAGIC:
+                if len(buf) - pos < wire.ACK.size:
                     break
-                self.on_ack(_ACK.unpack_from(buf, pos)[2])
-                pos += _ACK.size
-            elif magic == b"QJME":
-                if len(buf) - pos < _ERROR_HEAD.size:
+                self.on_ack(wire.ACK.unpack_from(buf, pos)[2])
+                pos += wire.ACK.size
+            elif magic == wire.ERROR_MAGIC:
+                if len(buf) - pos < wire.ERROR.size:
                     break
-                _, clen, _, mlen, durable = _ERROR_HEAD.unpack_from(buf, pos)
-                if mlen > _MAX_ERROR_TEXT:
-                    self.fail("reply", bytes(buf[pos : pos + _ERROR_HEAD.size]))
+                _, clen, _, mlen, durable = wire.ERROR.unpack_from(buf, pos)
+                if mlen > wire.MAX_ERROR_TEXT:
+                    self.fail("reply", bytes(buf[pos : pos + wire.ERROR.size]))
                     break
-                need = _ERROR_HEAD.size + clen + mlen
+                need = wire.ERROR.size + clen + mlen
                 if len(buf) - pos < need:
                     break
                 if durable > 0:
@@ -282,12 +277,6 @@ class Fanout:
         with lk.lock:
             return len(lk.inflight), lk.inflight_bytes
 
-    def unsent(self, link: int) -> int:
-        """Bytes queued on this link that the socket has not taken yet."""
-        lk = self._get(link)
-        with lk.lock:
-            return sum(len(v) for v in lk.queue)
-
     def quorum_txid(self, links: Iterable[int]) -> int:
         """Highest txid acknowledged by a majority of ``links`` (0 when none or no majority has one)."""
         acks = sorted((self.acked(link) for link in links), reverse=True)
@@ -431,13 +420,13 @@ class Receiver:
     def hello(self) -> str | None:
         """The journal id the writer names, or None if it hung up first."""
         while True:
-            if len(self._buf) >= _HELLO.size:
-                magic, version, jlen = _HELLO.unpack_from(self._buf)
-                if magic != b"QJMH" or version != _WIRE_VERSION:
+            if len(self._buf) >= wire.HELLO.size:
+                magic, version, jlen = wire.HELLO.unpack_from(self._buf)
+                if magic != wire.HELLO_MAGIC or version != wire.WIRE_VERSION:
                     raise CorruptFrameError(f"bad data-plane hello {bytes(self._buf[:8])!r}", reason="wire")
-                if len(self._buf) >= _HELLO.size + jlen:
-                    jid = bytes(self._buf[_HELLO.size : _HELLO.size + jlen]).decode(errors="replace")
-                    del self._buf[: _HELLO.size + jlen]
+                if len(self._buf) >= wire.HELLO.size + jlen:
+                    jid = bytes(self._buf[wire.HELLO.size : wire.HELLO.size + jlen]).decode(errors="replace")
+                    del self._buf[: wire.HELLO.size + jlen]
                     return jid
             if self._eof:
                 return None
@@ -458,20 +447,20 @@ class Receiver:
             try:
                 while len(buf) - pos >= 4:
                     magic = bytes(buf[pos : pos + 4])
-                    if magic == b"QJMF":
-                        if len(buf) - pos < _FRAME_HEADER:
+                    if magic == _FRAME_MAGIC:
+                        if len(buf) - pos < FRAME_HEADER_SIZE:
                             break
-                        h = decode_header(bytes(buf[pos : pos + _FRAME_HEADER]))
+                        h = decode_header(bytes(buf[pos : pos + FRAME_HEADER_SIZE]))
                         if len(buf) - pos < h.frame_len:
                             break
                         frames.append(bytes(buf[pos : pos + h.frame_len]))
                         pos += h.frame_len
-                    elif magic == b"QJMC":
-                        if len(buf) - pos < _COMMIT.size:
+                    elif magic == wire.COMMIT_MAGIC:
+                        if len(buf) - pos < wire.COMMIT.size:
                             break
-                        _, _, epoch, txid = _COMMIT.unpack_from(buf, pos)
+                        _, _, epoch, txid = wire.COMMIT.unpack_from(buf, pos)
                         commits.append((epoch, txid))
-                        pos += _COMMIT.size
+                        pos += wire.COMMIT.size
                     else:
                         raise CorruptFrameError(
                             f"unexpected data-plane message magic {magic!r}", reason="magic", offset=0
@@ -492,4 +481,10 @@ class Receiver:
         """Tell the writer everything through ``txid`` is durable."""
         if not 0 <= txid < 1 << 64:
             raise OverflowError(f"txid {txid} out of range")
-        self._sock.sendall(_ACK.pack(b"QJMA", 0, txid))
+        self._sock.sendall(wire.encode_ack(txid))
+
+
+def wire_layout() -> dict[str, dict[str, int]]:
+    """The data-plane message layout as ``qjm.protocol.wire`` declares it; ``fanout_c.wire_layout()``
+    reports the same dict from ``include/qjm/wire.h``."""
+    return wire.layout()

@@ -4,7 +4,7 @@ Control calls run on a single-thread executor, so each node sees them in submiss
 the serial numbers it checks always increase. Batches go out on a long-lived TCP connection by a
 sender thread and are acknowledged cumulatively by the node; a receiver thread completes their
 futures. A node that fails a batch, or lets its unacknowledged bytes pass the queue limit, is
-out of sync until the next ``start_log_segment`` (design §4).
+out of sync until the next ``start_log_segment`` (design §2.2, §5.1.1).
 """
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ from qjm.protocol.rpcmeta import CLIENT_GRPC_OPTIONS, ERROR_CODE_KEY, rpc_code
 
 log = logging.getLogger("qjm.channel")
 
-# The idna codec is imported above, not on a writer's first data-link connect: there it cost a
-# standby process about 3 ms of CPU (the codec, stringprep, their regular expressions) in the
+# The idna codec is imported above, not on a writer's first data-link connect: there it would cost
+# a standby process about 3 ms of CPU (the codec, stringprep, their regular expressions) in the
 # middle of its takeover.
 T = TypeVar("T")
 _CHANNEL_OPTIONS = tuple(CLIENT_GRPC_OPTIONS)
@@ -329,6 +329,11 @@ class RemoteLogger:
     @property
     def out_of_sync(self) -> bool:
         return self._out_of_sync
+
+    @property
+    def fenced(self) -> bool:
+        """Out of sync because this node fenced the writer (a newer writer holds the journal)."""
+        return self._fenced is not None
 
     @property
     def highest_acked_txid(self) -> int:

@@ -5,7 +5,7 @@ holds it to that interface) but no threads of its own: every link of the process
 socket with one ``Fanout`` engine whose loop runs in a single thread without the GIL. A batch is
 written from the sender's thread at once when the socket has room; the loop writes the rest,
 parses the node's cumulative acks and calls back here, and the link completes its futures, which
-feed each batch's ``QuorumCall`` (design §4). A quiet link (``report_acks=False``) has no futures:
+feed each batch's ``QuorumCall`` (design §1.3). A quiet link (``report_acks=False``) has no futures:
 its acks only wake ``Fanout.wait_news``, and ``qjm.client.link_batch`` counts the quorum from
 ``acked_txid`` in the waiting thread. The engine bounds each link's in-flight window in
 frames and bytes; a batch past it, an ERROR from the node or a broken connection fail the link,

@@ -1,12 +1,12 @@
-"""A batch on the native fan-out, counted at its quorum by the thread that waits for it (design §4).
+"""A batch on the native fan-out, counted at its quorum by the thread that waits for it (design §1.3).
 
 ``RemoteLogger.deliver_batch`` hands back a ``Delivery`` per node instead of a future: the link the
 frame went out on, or why it could not go (or neither yet, while the node's segment is starting).
 The node's link is quiet (``Fanout.add_link(report_acks=False)``): the epoll loop runs no Python
 per ack, it only bumps ``Fanout.news()`` and wakes the threads in ``Fanout.wait_news``, which waits
 without the GIL. ``LinkBatch`` then counts the nodes whose link has acked the batch's last txid.
-With a future per node, every ack cost the loop thread a GIL acquisition, a Python callback chain
-and a hand-off to the writer's thread (measured in the notes: ~100 µs of a ~550 µs sync commit).
+With a future per node, every ack would cost the loop thread a GIL acquisition, a Python callback
+chain and a hand-off to the writer's thread (about 100 µs of a 550 µs sync commit, when measured).
 
 The counting rules are ``QuorumCall``'s: a node counts once it has acked the batch (a link that
 failed afterwards still holds it), a node is lost for the batch once its delivery failed or its

@@ -1,4 +1,4 @@
-"""Choosing the recovery source for an unclosed segment (design §2.9, seed 004) — pure functions.
+"""Choosing the recovery source for an unclosed segment (design §2.9, HDFS-3845) — pure functions.
 
 When a new writer takes over, the newest segment may differ in length between nodes, and an earlier
 recovery attempt may have been cut short. The writer asks a quorum to ``prepare_recovery`` and must
@@ -11,7 +11,7 @@ then pick, from those replies alone, the one replica whose copy
 so that every node finalizes the segment to the same length and contents (design §2.8).
 
 The order below is Hadoop's ``SegmentRecoveryComparator`` (reference §3.6), including the HDFS-3845
-rule of seed 004: an in-progress replica is ranked by ``max(accepted_in_epoch, last_writer_epoch)``
+writer-epoch rule: an in-progress replica is ranked by ``max(accepted_in_epoch, last_writer_epoch)``
 *before* its length. Without the writer epoch, an old accepted proposal ("101-101 accepted in epoch
 2") would beat a longer log that a later writer (epoch 3) wrote and committed, truncating committed
 transactions.
@@ -35,7 +35,7 @@ def _sign(x: int) -> int:
 
 
 def seen_epoch(r: PrepareRecoveryResponse, bugs: object | None = None) -> int:
-    """``maxSeenEpoch`` of design §2.9 rule 3a with seed 004: max(accepted epoch or 0, writer epoch).
+    """``maxSeenEpoch`` of design §2.9 rule 3a with HDFS-3845: max(accepted epoch or 0, writer epoch).
 
     ``bugs`` (a ``qjm.testing.bugs.ProtocolBugs``, tests only) can drop either term on purpose.
     """
@@ -60,15 +60,15 @@ def compare_responses(a: PrepareRecoveryResponse, b: PrepareRecoveryResponse, *,
     if sa.start_txid != sb.start_txid:
         raise InvariantViolation(f"recovery replies describe different segments: {sa} and {sb}")
     # Rule 2 (design §2.9.2, reference §3.6.3): a finalized copy wins whatever its length, because
-    # a quorum already agreed on it (invariant 3 of design §2.7).
+    # a quorum already agreed on it (the QJM design's invariant 3, design §2.7).
     if sa.in_progress != sb.in_progress:
         return 1 if not sa.in_progress else -1
     if not sa.in_progress:
-        # Reference §3.6.4: two finalized copies of one segment must agree (invariant 5).
+        # Reference §3.6.4: two finalized copies of one segment must agree (invariant 2).
         if sa.end_txid != sb.end_txid:
             raise InvariantViolation(f"finalized segments with different lengths: {sa} and {sb}")
         return 0
-    # Rule 3a/3b (design §2.9.3, seed 004, reference §3.6.5): the copy touched by the later
+    # Rule 3a/3b (design §2.9.3, HDFS-3845, reference §3.6.5): the copy touched by the later
     # writer or the later accepted proposal wins, even when it is shorter (examples 2.10.6, 2.10.7).
     by_epoch = _sign(seen_epoch(a, bugs) - seen_epoch(b, bugs))
     if by_epoch:
@@ -103,7 +103,7 @@ def choose_recovery_source(
 def check_no_committed_loss(chosen: SegmentState, responses: Mapping[str, PrepareRecoveryResponse]) -> None:
     """Refuse a decision that would drop a txid some node saw committed (reference §3.5 step 6).
 
-    Design §3 invariant 1: "committed is forever". If the chosen copy ends before a committed txid,
+    Invariant 1 (design §2.7): "committed is forever". If the chosen copy ends before a committed txid,
     choosing it would silently lose acknowledged transactions, so this is an invariant violation.
     """
     for name in sorted(responses):

@@ -1,10 +1,10 @@
 """Process-wide client resources: one gRPC channel per node address, one pool of call threads,
 and the newest epoch seen per journal.
 
-Why: a failover used to make three channels (a TCP connect and an HTTP/2 handshake each) and six
-thread pools whose threads started on the first call, about 2 ms of a 10 ms budget before the
-first byte reached a node. A standby that already reads the journal, or a process that writes
-several journals, now reaches the nodes over connections and threads that exist. Channels are
+Why: a failover that made its own channels (a TCP connect and an HTTP/2 handshake each, one per
+node) and its own thread pools, whose threads start on the first call, would spend about 2 ms of a
+10 ms budget before the first byte reached a node. Shared, they are already there for a standby
+that reads the journal, or for a process that writes several journals. Channels are
 reference-counted and closed with their last user; the threads are the pool's and stay.
 
 The epoch hint spares a failover its get_journal_state round: a process that has seen a journal's

@@ -21,8 +21,10 @@ from qjm._native import framing
 from qjm.client.loggers import CallHooks
 from qjm.client.manager import QuorumJournalManager
 from qjm.client.quorum import BatchCall
+from qjm.client.writer_stats import AckTimer, WriterStats, probe_for
 from qjm.config import QJMConfig, config_from
 from qjm.errors import EpochError, FencedError, NotFormattedError, QJMError, QuorumError
+from qjm.histogram import Histogram
 
 log = logging.getLogger("qjm.writer")
 
@@ -34,6 +36,7 @@ class _Batch:
     first: int
     last: int
     call: BatchCall
+    sent_at: float
 
 
 def _is_rows(records: object) -> bool:
@@ -79,6 +82,9 @@ class Writer:
         self._batch_started_at = 0.0  # monotonic time the open batch got its first record; 0: none
         self._last_opened = 0.0  # when the newest batch got its first record
         self._timer_idle = False  # the batch timer sleeps until notified (else it looks every batch_delay)
+        self._acks = AckTimer([probe_for(lg) for lg in qjm.loggers.loggers])
+        self._batches_sent = self._txns_sent = self._bytes_sent = 0
+        self._commit_seconds = Histogram()
         self._start_segment(self._next_txid)
         self._flusher = threading.Thread(target=self._flush_by_time, name="qjm-batch-timer", daemon=True)
         self._flusher.start()
@@ -102,6 +108,24 @@ class Writer:
     @property
     def segment_txid(self) -> int:
         return self._segment
+
+    def stats(self) -> WriterStats:
+        """This writer's figures and each node's (``qjm.client.writer_stats``); never waits for the writer."""
+        self._acks.poll(time.monotonic())
+        committed = self._committed
+        return WriterStats(
+            journal_id=self.qjm.journal_id,
+            epoch=self.epoch,
+            segment_txid=self._segment,
+            last_txid=self.last_txid,
+            committed_txid=committed,
+            inflight_batches=len(self._inflight),
+            batches_sent=self._batches_sent,
+            txns_sent=self._txns_sent,
+            bytes_sent=self._bytes_sent,
+            commit_seconds=self._commit_seconds.copy(),
+            nodes=self._acks.snapshot(committed),
+        )
 
     def append(self, record: Buffer) -> int:
         """Add one record to the open batch; returns its txid. Durable only after ``sync``."""
@@ -245,7 +269,12 @@ class Writer:
         last = self._next_txid - 1
         frame = self._builder.take(epoch=self.qjm.epoch, segment_txid=self._segment, first_txid=first)
         self._batch_first = last + 1
-        self._inflight.append(_Batch(first, last, self.qjm.send_batch(frame, first, last)))
+        now = time.monotonic()
+        self._acks.sent(last, now)
+        self._batches_sent += 1
+        self._txns_sent += last - first + 1
+        self._bytes_sent += len(frame)
+        self._inflight.append(_Batch(first, last, self.qjm.send_batch(frame, first, last), now))
         while len(self._inflight) > self.config.max_inflight_batches:
             self._reap_oldest()
 
@@ -256,6 +285,9 @@ class Writer:
         except QuorumError as e:
             raise self._fail(_as_fenced(e)) from None
         self._inflight.popleft()
+        now = time.monotonic()
+        self._commit_seconds.observe(now - b.sent_at)
+        self._acks.poll(now)
         if b.last > self._committed:
             self._committed = b.last
             self.qjm.set_committed_txid(b.last)

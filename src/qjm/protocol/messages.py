@@ -79,7 +79,7 @@ class NewEpochResponse:
 
 @dataclass(frozen=True, slots=True)
 class PrepareRecoveryResponse:
-    """Paxos phase 1b for one segment (design §2.8 step 2, with the writer epoch of seed 004)."""
+    """Paxos phase 1b for one segment (design §2.8 step 2, with the writer epoch of HDFS-3845)."""
 
     segment_state: SegmentState | None
     accepted_in_epoch: int | None

@@ -132,12 +132,6 @@ class PurgeLogsRequest(_message.Message):
     min_txid_to_keep: int
     def __init__(self, req: _Optional[_Union[RequestInfoProto, _Mapping]] = ..., min_txid_to_keep: _Optional[int] = ...) -> None: ...
 
-class HeartbeatRequest(_message.Message):
-    __slots__ = ("req",)
-    REQ_FIELD_NUMBER: _ClassVar[int]
-    req: RequestInfoProto
-    def __init__(self, req: _Optional[_Union[RequestInfoProto, _Mapping]] = ...) -> None: ...
-
 class PrepareRecoveryRequest(_message.Message):
     __slots__ = ("req", "segment_txid")
     REQ_FIELD_NUMBER: _ClassVar[int]

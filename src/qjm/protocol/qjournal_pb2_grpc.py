@@ -69,11 +69,6 @@ class QJournalStub:
                 request_serializer=qjm_dot_protocol_dot_qjournal__pb2.PurgeLogsRequest.SerializeToString,
                 response_deserializer=qjm_dot_protocol_dot_qjournal__pb2.Empty.FromString,
                 _registered_method=True)
-        self.Heartbeat = channel.unary_unary(
-                '/qjm.QJournal/Heartbeat',
-                request_serializer=qjm_dot_protocol_dot_qjournal__pb2.HeartbeatRequest.SerializeToString,
-                response_deserializer=qjm_dot_protocol_dot_qjournal__pb2.Empty.FromString,
-                _registered_method=True)
         self.PrepareRecovery = channel.unary_unary(
                 '/qjm.QJournal/PrepareRecovery',
                 request_serializer=qjm_dot_protocol_dot_qjournal__pb2.PrepareRecoveryRequest.SerializeToString,
@@ -151,12 +146,6 @@ class QJournalServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def Heartbeat(self, request, context):
-        """Missing associated documentation comment in .proto file."""
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
     def PrepareRecovery(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -229,11 +218,6 @@ def add_QJournalServicer_to_server(servicer, server):
             'PurgeLogs': grpc.unary_unary_rpc_method_handler(
                     servicer.PurgeLogs,
                     request_deserializer=qjm_dot_protocol_dot_qjournal__pb2.PurgeLogsRequest.FromString,
-                    response_serializer=qjm_dot_protocol_dot_qjournal__pb2.Empty.SerializeToString,
-            ),
-            'Heartbeat': grpc.unary_unary_rpc_method_handler(
-                    servicer.Heartbeat,
-                    request_deserializer=qjm_dot_protocol_dot_qjournal__pb2.HeartbeatRequest.FromString,
                     response_serializer=qjm_dot_protocol_dot_qjournal__pb2.Empty.SerializeToString,
             ),
             'PrepareRecovery': grpc.unary_unary_rpc_method_handler(
@@ -455,33 +439,6 @@ class QJournal:
             target,
             '/qjm.QJournal/PurgeLogs',
             qjm_dot_protocol_dot_qjournal__pb2.PurgeLogsRequest.SerializeToString,
-            qjm_dot_protocol_dot_qjournal__pb2.Empty.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def Heartbeat(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/qjm.QJournal/Heartbeat',
-            qjm_dot_protocol_dot_qjournal__pb2.HeartbeatRequest.SerializeToString,
             qjm_dot_protocol_dot_qjournal__pb2.Empty.FromString,
             options,
             channel_credentials,

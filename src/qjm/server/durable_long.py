@@ -26,8 +26,9 @@ Creation (first durable write to a missing or legacy file, or after a failed upd
 new value into both slots (seq 0 and seq 1) and moves the file into place atomically, so a damaged
 page right after creation still reads the created value, never an older one.
 
-Legacy files, a bare decimal such as ``b"5\\n"`` or the ``b"%20d\\n"`` line of the best-effort
-``committed-txid``, are read too, so journals written by earlier versions keep working.
+A file holding a bare decimal, such as ``b"5\\n"`` or the ``b"%20d\\n"`` line of the best-effort
+``committed-txid``, is read too, so a data directory whose epoch files hold a plain number still
+opens; the first durable write replaces it with the slot format.
 """
 
 from __future__ import annotations

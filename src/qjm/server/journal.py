@@ -27,7 +27,7 @@ from qjm.errors import (
     OutOfSyncError,
     SegmentStateError,
 )
-from qjm.protocol.frame import SEGMENT_HEADER_SIZE, FrameHeader
+from qjm.protocol.frame import SEGMENT_HEADER_SIZE
 from qjm.protocol.messages import (
     NO_TXID,
     EditLogManifest,
@@ -41,6 +41,7 @@ from qjm.protocol.messages import (
     RequestInfo,
     SegmentState,
 )
+from qjm.server.journal_stats import JournalStats
 from qjm.server.storage import (
     JournalStorage,
     SegmentAppender,
@@ -82,6 +83,7 @@ class _OpenSegment:
     # (first_txid, last_txid, offset, length) of each frame, for tailing without rescanning
     index: list[tuple[int, int, int, int]]
     last_epoch: int = 0  # epoch of the last frame written
+    synced: int = 0  # frames of the index made durable (and counted in the journal's stats)
 
     def scan_result(self) -> framing.ScanResult | None:
         """What a scan of this file would find: every frame was verified on arrival and is durable
@@ -131,14 +133,12 @@ class Journal:
         self._serial = -1
         self._open: _OpenSegment | None = None
         self._highest_written = 0
-        self.last_write_time = 0.0
         # Scans of finalized segments, which never change (invariant 5): the newest one is scanned
         # by every new_epoch that follows a clean roll, and it may be gigabytes.
         self._finalized_scans: dict[str, framing.ScanResult] = {}
         # Scans made during the current new_epoch (its phase 1 scans the newest segment twice)
         self._scan_memo: dict[str, framing.ScanResult] | None = None
-        self.batches_written = 0
-        self.txns_written = 0
+        self.stats = JournalStats()
         if self._ns is not None:
             self._highest_written = self._scan_newest_on_open()
 
@@ -155,6 +155,7 @@ class Journal:
         """Epoch fencing on every mutating RPC (design §2.3); a newer epoch is adopted and persisted."""
         self._check_formatted()
         if req.epoch < self._promised:
+            self.stats.fenced_refused += 1
             raise FencedError(
                 f"epoch {req.epoch} is below the promised epoch {self._promised} of journal {self.journal_id}",
                 request_epoch=req.epoch,
@@ -180,14 +181,16 @@ class Journal:
             self.storage.write_long(COMMITTED, txid, durable=False)
 
     def _check_writer(self, epoch: int) -> None:
-        """Only the writer that started the open segment may append to it (seed 004)."""
+        """Only the writer that started the open segment may append to it (HDFS-3845, design §2.4)."""
         if epoch < self._promised:
+            self.stats.fenced_refused += 1
             raise FencedError(
                 f"batch epoch {epoch} is below the promised epoch {self._promised} of journal {self.journal_id}",
                 request_epoch=epoch,
                 promised_epoch=self._promised,
             )
         if epoch != self._writer_epoch:
+            self.stats.fenced_refused += 1
             raise FencedError(
                 f"batch epoch {epoch} is not the writer epoch {self._writer_epoch} of journal {self.journal_id}",
                 request_epoch=epoch,
@@ -305,6 +308,7 @@ class Journal:
             self.storage.delete_paxos(txid)
             appender = self.storage.create_segment(txid, framing.encode_segment_header(txid, req.epoch))
             self._open = _OpenSegment(txid, appender, txid, [])
+            self.stats.out_of_sync = False
             self._highest_written = max(self._highest_written, txid - 1)
 
     def journal(self, frames: Sequence[bytes]) -> int:
@@ -346,10 +350,12 @@ class Journal:
                     seg.last_epoch = h.epoch
                     written += 1
             except BaseException as e:
+                if isinstance(e, OutOfSyncError | OutOfOrderError):
+                    self.stats.record_out_of_sync()
                 # What this call appended before the bad frame is still made durable and
                 # acknowledged. Only this call's frames: the node's own highest txid may hold
                 # another writer's bytes, and a fenced writer counting it as its ack could reach a
-                # false quorum (the fault search found exactly that).
+                # false quorum and acknowledge records the log holds with other bytes (invariant 2).
                 if written and seg is not None and self._open is seg:
                     self._sync_or_abort(seg)
                     e.durable_txid = seg.next_txid - 1  # type: ignore[attr-defined]
@@ -361,6 +367,7 @@ class Journal:
             return seg.next_txid - 1
 
     def _sync_or_abort(self, seg: _OpenSegment) -> None:
+        started = self._clock()
         try:
             if not getattr(self._bugs, "ack_before_fsync", False):
                 seg.appender.sync()
@@ -371,8 +378,8 @@ class Journal:
             self._abort_open()
             raise
         self._highest_written = seg.next_txid - 1
-        self.batches_written += 1
-        self.last_write_time = self._clock()
+        self.stats.record_durable(seg.index, seg.synced, self._committed, self._clock() - started, time.time())
+        seg.synced = len(seg.index)
 
     def note_committed(self, epoch: int, txid: int) -> None:
         """The writer's data plane says a quorum holds everything through ``txid``."""
@@ -422,8 +429,8 @@ class Journal:
         # Only a copy this epoch wrote, the copy a recovering writer names (same end, same last
         # epoch: the identity accept_recovery uses to skip a download), or one this epoch made
         # ours through accept_recovery. A node that missed the accept may hold a same-length copy
-        # from another writer (found by the fault search: finalizing it gave two different
-        # finalized segments of one name).
+        # from another writer: finalizing it would leave two different finalized segments of one
+        # name (invariant 2).
         paxos = self.storage.read_paxos(start)
         accepted = paxos is not None and paxos.accepted_in_epoch == epoch and paxos.segment_state.end_txid == end
         named = copy_epoch != 0 and res.last_epoch == copy_epoch
@@ -706,6 +713,21 @@ class Journal:
         res = self._scan(newest, repair=False)
         return res.last_txid if res is not None else newest.start - 1
 
+    def peek_state(self) -> JournalState | None:
+        """The state without taking the lock (None if not formatted), for metrics and health pages:
+        a scrape must not wait behind a recovery download. Each field is read atomically; two
+        fields may be from moments apart."""
+        if self._ns is None:
+            return None
+        seg = self._open
+        return JournalState(
+            last_promised_epoch=self._promised,
+            last_writer_epoch=self._writer_epoch,
+            committed_txid=self._committed,
+            highest_written_txid=self._highest_written,
+            open_segment_txid=seg.start if seg is not None else 0,
+        )
+
     def status(self) -> dict[str, object]:
         """A snapshot for ``qjm status``."""
         with self._lock:
@@ -718,9 +740,5 @@ class Journal:
                 "highest_written_txid": self._highest_written,
                 "open_segment": self._open.start if self._open else None,
                 "segments": [s.name for s in self.storage.list_segments()],
-                "batches_written": self.batches_written,
+                "batches_written": self.stats.batches_written,
             }
-
-
-def frame_header_of(frame: bytes) -> FrameHeader:
-    return framing.decode_header(frame)

@@ -12,13 +12,15 @@ import grpc
 
 from qjm._native import framing
 from qjm.addresses import advertised, check_bindable, join_host_port
-from qjm.errors import BindError, CorruptFrameError, NotFoundError
+from qjm.errors import BindError, CorruptFrameError, NotFoundError, QJMError
 from qjm.protocol import qjournal_pb2 as pb
 from qjm.protocol.rpcmeta import GRPC_OPTIONS, add_servicer, make_stub
 from qjm.server.data import DataServer
+from qjm.server.http import NodeHttpServer
 from qjm.server.journal import Journal, JournalHooks
+from qjm.server.metrics import NodeMetrics
 from qjm.server.rpc import QJournalServicer
-from qjm.server.storage import DiskStorage
+from qjm.server.storage import DiskStorage, journal_ids_on_disk
 
 log = logging.getLogger("qjm.node")
 
@@ -65,6 +67,8 @@ class JournalNode:
         hooks: JournalHooks | None = None,
         fetcher: Callable[[str, str, int], bytes] = fetch_segment,
         rpc_workers: int = 16,
+        http_port: int | None = None,
+        http_host: str | None = None,
     ) -> None:
         self.host = host
         self.data_host = host if data_host is None else data_host
@@ -81,6 +85,9 @@ class JournalNode:
         add_servicer(QJournalServicer(self.get_journal, lambda: self.data_address), self._grpc)
         check_bindable(host, rpc_port, "control plane")
         check_bindable(self.data_host, data_port, "data plane")  # before gRPC holds the other port
+        self.http_host = host if http_host is None else http_host
+        if http_port is not None:
+            check_bindable(self.http_host, http_port, "HTTP port")
         try:
             self.rpc_port = self._grpc.add_insecure_port(join_host_port(host, rpc_port))
         except RuntimeError:  # taken between the check and here; gRPC says no more than this
@@ -92,6 +99,11 @@ class JournalNode:
         self._data_thread: threading.Thread | None = None
         self.rpc_address = advertised(host, self.rpc_port, rpc_advertise)
         self.data_address = advertised(self.data_host, self.data_port, data_advertise)
+        self.load_failures: dict[str, str] = {}  # journal id -> why its directory did not load
+        self.metrics = NodeMetrics(self.data_dir, self.loaded_journals, lambda: dict(self.load_failures), self._info)
+        # ``http_port`` None: no HTTP port (library use); 0: any free port. It listens on ``host``
+        # unless ``http_host`` says otherwise (Hadoop's dfs.journalnode.http-bind-host).
+        self.http = NodeHttpServer(self.http_host, http_port, self.metrics) if http_port is not None else None
 
     @property
     def rpc_bind_address(self) -> str:
@@ -101,6 +113,28 @@ class JournalNode:
     def data_bind_address(self) -> str:
         return join_host_port(self.data_host, self.data_port)
 
+    @property
+    def http_address(self) -> str | None:
+        return join_host_port(self.http_host, self.http.port) if self.http is not None else None
+
+    def _info(self) -> dict[str, str]:
+        http = self.http_address or ""
+        return {"rpc_address": self.rpc_address, "data_address": self.data_address, "http_address": http}
+
+    def loaded_journals(self) -> list[Journal]:
+        with self._lock:
+            return list(self._journals.values())
+
+    def load_journals(self) -> None:
+        """Open every journal on disk now, so that one that cannot load is known (and logged, and
+        reported by /health) before a writer needs it; a later successful open clears it."""
+        for jid in journal_ids_on_disk(self.data_dir):
+            try:
+                self.get_journal(jid)
+            except (QJMError, OSError) as e:
+                self.load_failures[jid] = f"{type(e).__name__}: {e}"
+                log.error("journal %s did not load: %s: %s", jid, type(e).__name__, e)
+
     def get_journal(self, journal_id: str) -> Journal:
         with self._lock:
             j = self._journals.get(journal_id)
@@ -109,18 +143,26 @@ class JournalNode:
                 self._storages.append(storage)
                 j = Journal(storage, fetcher=self._fetcher, hooks=self._hooks)
                 self._journals[journal_id] = j
+                self.load_failures.pop(journal_id, None)
+                _log_loaded(j)
             return j
 
     def start(self) -> JournalNode:
+        self.load_journals()
         self._grpc.start()
         self._data_thread = self._data.start()
+        if self.http is not None:
+            self.http.start()
         log.info(
-            "JournalNode serving %s: control %s (advertised %s), data %s (advertised %s)",
+            "JournalNode serving %s: control %s (advertised %s), data %s (advertised %s), http %s",
             self.data_dir, self.rpc_bind_address, self.rpc_address, self.data_bind_address, self.data_address,
+            self.http_address or "off",
         )  # fmt: skip
         return self
 
     def stop(self, grace: float | None = None) -> None:
+        if self.http is not None:
+            self.http.stop()
         self._data.shutdown()
         self._data.server_close()
         self._grpc.stop(grace).wait()
@@ -134,3 +176,15 @@ class JournalNode:
 
     def wait(self) -> None:
         self._grpc.wait_for_termination()
+
+
+def _log_loaded(j: Journal) -> None:
+    st = j.peek_state()
+    if st is None:
+        log.info("loaded journal %s (%s): not formatted", j.journal_id, j.storage.describe())
+        return
+    log.info(
+        "loaded journal %s (%s): promised epoch %d, writer epoch %d, last txid %d, committed %d, open segment %s",
+        j.journal_id, j.storage.describe(), st.last_promised_epoch, st.last_writer_epoch, st.highest_written_txid,
+        st.committed_txid, st.open_segment_txid or "none",
+    )  # fmt: skip

@@ -121,13 +121,6 @@ class QJournalServicer(pbg.QJournalServicer):
 
         return self._run(context, go)
 
-    def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.ServicerContext) -> pb.Empty:
-        def go() -> pb.Empty:
-            self._get(request.req.journal_id).heartbeat(convert.req_from_pb(request.req))
-            return pb.Empty()
-
-        return self._run(context, go)
-
     def PrepareRecovery(
         self, request: pb.PrepareRecoveryRequest, context: grpc.ServicerContext
     ) -> pb.PrepareRecoveryResponse:

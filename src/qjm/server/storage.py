@@ -12,8 +12,8 @@ Layout under ``<data-dir>/<journal-id>/``::
     current/last-promised-epoch      8192 bytes: two 4 KiB slots, each one checksummed line
                                      "qjm-long1 <value:20> <seq:20> <crc32:08x>\n" + zeros; the
                                      valid slot with the highest seq wins (qjm.server.durable_long).
-                                     A bare decimal (older versions) is read, and replaced on the
-                                     first write.
+                                     A bare decimal is read too, and replaced on the first
+                                     write.
     current/last-writer-epoch        same as last-promised-epoch
     current/committed-txid           "%20d\n", best effort: overwritten in place, not fsynced
     current/paxos/<segment>          accepted recovery: "start end inprogress accepted_epoch frames_epoch"
@@ -36,7 +36,7 @@ from typing import Concatenate, ParamSpec, Protocol, TypeVar
 
 from qjm._native import framing, segment_io
 from qjm.config import validate_journal_id
-from qjm.errors import CorruptFrameError, NotFoundError, StorageError
+from qjm.errors import CorruptFrameError, NotFoundError, QJMError, StorageError
 from qjm.protocol.frame import FRAME_HEADER_SIZE, SEGMENT_HEADER_SIZE
 from qjm.protocol.messages import NamespaceInfo, PersistedPaxosData, SegmentState
 from qjm.server.durable_long import FILE_SIZE as _DURABLE_FILE_SIZE
@@ -166,7 +166,9 @@ class JournalStorage(Protocol):
 
     def promote_temp_segment(self, start: int, epoch: int) -> None: ...
 
-    def free_bytes(self) -> int: ...
+    def disk_bytes(self) -> int:
+        """Bytes the journal's files take (segments, moved-aside files, small files), for metrics."""
+        ...
 
 
 _P = ParamSpec("_P")
@@ -222,6 +224,23 @@ class _FileAppender:
 
     def close(self) -> None:
         self._app.close()
+
+
+def journal_ids_on_disk(data_dir: str) -> list[str]:
+    """The journals a node's data directory holds: each valid id with a ``current/`` directory."""
+    try:
+        names = sorted(os.listdir(data_dir))
+    except FileNotFoundError:
+        return []
+    out = []
+    for name in names:
+        try:
+            validate_journal_id(name)
+        except QJMError:
+            continue
+        if os.path.isdir(os.path.join(data_dir, name, "current")):
+            out.append(name)
+    return out
 
 
 class DiskStorage:
@@ -531,9 +550,20 @@ class DiskStorage:
         os.replace(self._temp_name(start, epoch), self._path(inprogress_name(start)))
         _fsync_dir(self.current)
 
-    def free_bytes(self) -> int:
-        st = os.statvfs(self.current)
-        return st.f_bavail * st.f_frsize
+    def disk_bytes(self) -> int:
+        total = 0
+        for top in (self.current, self.paxos_dir):
+            try:
+                with os.scandir(top) as it:
+                    for entry in it:
+                        try:
+                            if entry.is_file(follow_symlinks=False):
+                                total += entry.stat(follow_symlinks=False).st_size
+                        except OSError:
+                            continue  # deleted while listed
+            except OSError:
+                continue
+        return total
 
 
 def scan_segment_bytes(data: bytes, start: int) -> framing.ScanResult:

@@ -15,10 +15,10 @@ __all__ = ["BUG_NAMES", "ProtocolBugs"]
 
 @dataclass(frozen=True, slots=True)
 class ProtocolBugs:
-    """Each field, when True, drops one rule of the protocol (design.md §3 names what it guards)."""
+    """Each field, when True, drops one rule of the protocol (design §2.7 names what it guards)."""
 
     ignore_writer_epoch_rule: bool = False
-    """Recovery ranks in-progress copies by accepted epoch only (the pre-HDFS-3845 rule, seed 004)."""
+    """Recovery ranks in-progress copies by accepted epoch only (the rule before HDFS-3845, design §2.9.3)."""
     ignore_accepted_epoch: bool = False
     """Recovery ignores earlier accepted proposals (design §2.10.7 then finalizes two lengths)."""
     ack_before_fsync: bool = False

@@ -4,7 +4,7 @@
   format + recovery + two short segments once without faults, counting the calls each node gets;
   then for every pair (i, j) fail the i-th call to one node and the j-th call to another (lost
   before delivery, or executed with the reply lost), and let a new writer recover: nothing that
-  was acknowledged may be missing, and every invariant of design.md §3 must hold throughout.
+  was acknowledged may be missing, and every invariant of design §2.7 must hold throughout.
 * ``explore`` walks every execution of a small world (3 nodes, 2-3 writers with fixed plans, at
   most 2 segments and 3 txids, a bounded number of faults): every delivery order, every place a
   fault can strike. It is a stateless search (each execution is replayed from its choice prefix,
@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import pickle
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from qjm.testing.bugs import ProtocolBugs
@@ -234,7 +234,7 @@ def small_worlds() -> list[World]:
               about="3 writers; a node crash losing un-synced bytes (torn or not), restarts, a writer death"),
         World("2.10.6", (WriterPlan(("b1", "roll", "b1")), WriterPlan(("b1",)), WriterPlan(())), 1, death,
               delays=1, slow=((2, 0),),
-              about="design 2.10.6 / seed 004: a new segment's first txid on one node, the next writer misses it"),
+              about="design §2.10.6 / HDFS-3845: a new segment's first txid on one node, the next writer misses it"),
         World("2.10.7", (WriterPlan(("b1", "b1")), WriterPlan(()), WriterPlan(())), 2, death, delays=0,
               slow=((2, 1), (3, 2)),
               about="design 2.10.7: a recovery accepted on two nodes dies after finalizing one"),
@@ -337,7 +337,3 @@ def _backtrack(path: Sequence[tuple[int, int]]) -> list[int] | None:
         if c + 1 < n:
             return [p for p, _ in path[:i]] + [c + 1]
     return None
-
-
-def explore_all(worlds: Iterable[World] | None = None, **kw: object) -> list[ExploreResult]:
-    return [explore(w, **kw) for w in (worlds or small_worlds())]  # type: ignore[arg-type]

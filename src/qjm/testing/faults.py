@@ -1,7 +1,7 @@
 """Fault hooks for tests, injected as objects (never globals).
 
 ``FaultPlan`` is a client-side ``CallHooks``: fail the n-th call of an operation to a node before
-it is sent, or declare the writer dead right after a node answered. ``ServerFaults`` is a node-side
+it is sent, or hold a node's calls back until another node answered. ``ServerFaults`` is a node-side
 ``JournalHooks``: fail or kill the node around the paxos commit point or before an append.
 """
 
@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from qjm.client.loggers import CallHooks
-from qjm.errors import NodeUnavailableError, StorageError, WriterCrashedError
+from qjm.errors import NodeUnavailableError, StorageError
 from qjm.server.journal import JournalHooks
 
 ANY = "*"
@@ -24,8 +24,6 @@ class _Rule:
     node: str
     op: str
     call: int | None  # 1-based n-th call of (node, op); None: every call
-    kind: str  # "fail" | "crash"
-    fired: int = 0
 
 
 class FaultPlan(CallHooks):
@@ -37,16 +35,10 @@ class FaultPlan(CallHooks):
         self._follow: dict[str, str] = {}  # node → leader whose answer it waits for
         self._answered: dict[tuple[str, str], threading.Event] = {}
         self.calls: Counter[tuple[str, str]] = Counter()
-        self.injected: list[tuple[str, str, int, str]] = []
 
     def fail_before(self, node: str, op: str = ANY, *, call: int | None = None) -> FaultPlan:
         """The matching call to ``node`` fails before anything is sent (the node never sees it)."""
-        self._rules.append(_Rule(node, op, call, "fail"))
-        return self
-
-    def crash_after(self, node: str, op: str = ANY, *, call: int | None = None) -> FaultPlan:
-        """The writer dies right after ``node`` answered the matching call: it sends nothing more."""
-        self._rules.append(_Rule(node, op, call, "crash"))
+        self._rules.append(_Rule(node, op, call))
         return self
 
     def answer_after(self, node: str, leader: str) -> FaultPlan:
@@ -66,13 +58,8 @@ class FaultPlan(CallHooks):
         with self._lock:
             self._rules.clear()
 
-    def _match(self, node: str, op: str, n: int, kind: str) -> bool:
-        for r in self._rules:
-            if r.kind == kind and r.node in (node, ANY) and r.op in (op, ANY) and (r.call is None or r.call == n):
-                r.fired += 1
-                self.injected.append((node, op, n, kind))
-                return True
-        return False
+    def _match(self, node: str, op: str, n: int) -> bool:
+        return any(r.node in (node, ANY) and r.op in (op, ANY) and (r.call is None or r.call == n) for r in self._rules)
 
     def before(self, node: str, op: str) -> None:
         leader = self._follow.get(node)
@@ -81,16 +68,12 @@ class FaultPlan(CallHooks):
         with self._lock:
             self.calls[(node, op)] += 1
             n = self.calls[(node, op)]
-            hit = self._match(node, op, n, "fail")
+            hit = self._match(node, op, n)
         if hit:
             raise NodeUnavailableError(f"injected: {op} #{n} to {node} failed before sending")
 
     def after(self, node: str, op: str) -> None:
         self._answered_event(node, op).set()
-        with self._lock:
-            hit = self._match(node, op, self.calls[(node, op)], "crash")
-        if hit:
-            raise WriterCrashedError(f"injected: writer crashed after {node} answered {op}")
 
 
 class ServerFaults(JournalHooks):

@@ -87,9 +87,8 @@ class _MemAppender:
 class MemoryStorage:
     """One journal's storage in memory; ``crash()`` drops what was never made durable."""
 
-    def __init__(self, journal_id: str, *, capacity: int = 1 << 40) -> None:
+    def __init__(self, journal_id: str) -> None:
         self.journal_id = validate_journal_id(journal_id)
-        self.capacity = capacity
         self._ns: NamespaceInfo | None = None
         self._longs: dict[str, int] = {}  # what a reader sees now
         self._durable_longs: dict[str, int] = {}  # what a crash leaves
@@ -242,8 +241,8 @@ class MemoryStorage:
         self._files[inprogress_name(start)] = self._file(self._temp_name(start, epoch))
         del self._files[self._temp_name(start, epoch)]
 
-    def free_bytes(self) -> int:
-        return max(0, self.capacity - sum(len(f.data) for f in self._files.values()))
+    def disk_bytes(self) -> int:
+        return sum(len(f.data) for f in self._files.values())
 
 
 if TYPE_CHECKING:

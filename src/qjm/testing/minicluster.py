@@ -1,8 +1,10 @@
 """MiniJournalCluster: N real JournalNodes on loopback, in temporary directories (Hadoop's harness).
 
-Nodes run as subprocesses by default, so ``kill`` (SIGKILL) and ``pause`` (SIGSTOP) are real; each
-node keeps its ports across restarts so the journal URI stays valid. ``in_process=True`` runs them
-as threads of this process, faster to start, for tests that need neither kill nor pause.
+Nodes run as subprocesses by default (``python -m qjm.testing.node``: a node served as ``qjm
+journalnode`` serves one, with the node-side faults of ``server_faults``), so ``kill`` (SIGKILL)
+and ``pause`` (SIGSTOP) are real; each node keeps its ports across restarts so the journal URI
+stays valid. ``in_process=True`` runs them as threads of this process, faster to start, for tests
+that need neither kill nor pause.
 """
 
 from __future__ import annotations
@@ -62,11 +64,12 @@ START_ATTEMPTS = 3  # a first start that fails (another process took a probed po
 
 
 class _Node:
-    def __init__(self, index: int, data_dir: str, rpc_port: int, data_port: int, faults: str) -> None:
+    def __init__(self, index: int, data_dir: str, rpc_port: int, data_port: int, http_port: int, faults: str) -> None:
         self.index = index
         self.data_dir = data_dir
         self.rpc_port = rpc_port
         self.data_port = data_port
+        self.http_port = http_port
         self.faults = faults
         self.proc: subprocess.Popen[bytes] | None = None
         self.inproc: JournalNode | None = None
@@ -95,7 +98,14 @@ class MiniJournalCluster:
         self.env = env
         faults = server_faults or {}
         self.nodes = [
-            _Node(i, os.path.join(self.base_dir, f"jn{i}"), free_port(host), free_port(host), faults.get(i, ""))
+            _Node(
+                i,
+                os.path.join(self.base_dir, f"jn{i}"),
+                free_port(host),
+                free_port(host),
+                free_port(host),
+                faults.get(i, ""),
+            )
             for i in range(num_nodes)
         ]
         for i in range(num_nodes):
@@ -117,6 +127,10 @@ class MiniJournalCluster:
     def name(self, i: int) -> str:
         """The node name loggers and fault plans use for node ``i``."""
         return self.addresses[i]
+
+    def http_address(self, i: int) -> str:
+        """Where node ``i`` serves /metrics, /health and /status."""
+        return f"{self.host}:{self.nodes[i].http_port}"
 
     def node_dir(self, i: int) -> str:
         return self.nodes[i].data_dir
@@ -142,7 +156,7 @@ class MiniJournalCluster:
                     if n.proc.stdout is not None:
                         n.proc.stdout.close()
                     n.proc = None
-                n.rpc_port, n.data_port = free_port(self.host), free_port(self.host)
+                n.rpc_port, n.data_port, n.http_port = free_port(self.host), free_port(self.host), free_port(self.host)
 
     def _bind_failed(self, n: _Node, e: BaseException) -> bool:
         if self.in_process:
@@ -164,13 +178,15 @@ class MiniJournalCluster:
         if self.in_process:
             hooks = ServerFaults.parse(n.faults) if n.faults else None
             n.inproc = JournalNode(
-                n.data_dir, host=self.host, rpc_port=n.rpc_port, data_port=n.data_port, hooks=hooks
-            ).start()
+                n.data_dir, host=self.host, rpc_port=n.rpc_port, data_port=n.data_port, hooks=hooks,
+                http_port=n.http_port,
+            ).start()  # fmt: skip
             return
         cmd = [
-            sys.executable, "-m", "qjm", "journalnode",
+            sys.executable, "-m", "qjm.testing.node",
             "--data-dir", n.data_dir, "--host", self.host,
-            "--rpc-port", str(n.rpc_port), "--data-port", str(n.data_port), "--ready-line",
+            "--rpc-port", str(n.rpc_port), "--data-port", str(n.data_port), "--http-port", str(n.http_port),
+            "--ready-line",
         ]  # fmt: skip
         if n.faults:
             cmd += ["--fault", n.faults]

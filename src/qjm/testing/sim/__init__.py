@@ -26,7 +26,7 @@ point or before an append, and a restart over the same storage; a failed segment
 writer that dies while sending, or while waiting between any two phases; several writers that take
 over one after the other or interleave.
 
-After every step the invariants of design.md §3 are checked (``Checker``); a violation raises
+After every step the invariants of design §2.7 are checked (``Checker``); a violation raises
 ``SimViolation`` (an ``InvariantViolation``) carrying the seed and the trace of every call.
 
 The package, one module per part: ``choice`` (decisions, fault rates, workloads), ``nodes``,

@@ -1,4 +1,4 @@
-"""The invariants of design.md §3, checked as a simulated run goes (``Checker``); a violation raises
+"""The invariants of design §2.7, checked as a simulated run goes (``Checker``); a violation raises
 ``SimViolation`` carrying the seed and the trace.
 """
 
@@ -51,7 +51,7 @@ def _records(frames: bytes, start: int) -> dict[int, bytes]:
 
 
 class Checker:
-    """The invariants of design.md §3, checked as the run goes (numbers refer to that list)."""
+    """The invariants of design §2.7, checked as the run goes (numbers refer to that list)."""
 
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
@@ -131,7 +131,7 @@ class Checker:
                 )
             if m.epoch != writer_epoch:
                 self.fail(
-                    f"invariant 4 (fencing, seed 004): {node.name} appended a frame of epoch {m.epoch} "
+                    f"invariant 4 (fencing, HDFS-3845): {node.name} appended a frame of epoch {m.epoch} "
                     f"to a segment opened by writer epoch {writer_epoch}"
                 )
             if self.check_durable_ack and pos + len(m.frame) > durable:

@@ -131,7 +131,7 @@ class Simulation:
     def _setup_rates(self, rates: FaultRates | None) -> None:
         """Swarm testing: each seed draws a profile, so calm, stormy and recovery-heavy runs all occur.
 
-        Most bugs need one or two faults; some (design §2.10.7, seed 004) need a chain of writers
+        Most bugs need one or two faults; some (design §2.10.6, §2.10.7) need a chain of writers
         that each die in a particular phase with a particular node lagging. The ``recovery`` profile
         makes such chains likely: many short-lived writers, planned deaths, lagging nodes.
         """

@@ -11,7 +11,7 @@ each is healthy by polling it, and drives it through its usual Python client:
 
 Every server is started in its own process group with ``PR_SET_PDEATHSIG`` and killed by group when
 the cluster is left, also on failure, so nothing outlives the harness. ``bench/peers/README.md``
-says what is started and how. ``measure`` returns the summary keys of ``qjm.bench._summarise``
+says what is started and how. ``measure`` returns the summary keys of ``qjm.bench.report.summarise``
 plus ``durable``, ``version`` and ``how``.
 """
 
@@ -36,9 +36,9 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import Any
 
+from qjm.bench.workload import LATENCY_RECORD, RECORD_SIZES, pct
+
 PEERS = ("zookeeper", "etcd", "nats")
-LATENCY_RECORD = 1024
-RECORD_SIZES = (100, 1024)
 START_TIMEOUT = 120.0  # seconds for a cluster to elect a leader on a loaded 2-core machine
 INSTALL_HINT = "run scripts/install-system-deps.sh (as root) to install the Debian packages of the peers"
 
@@ -633,15 +633,10 @@ def running(name: str, base: str) -> Iterator[tuple[PeerCluster, PeerClient]]:
             client.close()
 
 
-def _pct(values: list[float], p: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, int(len(s) * p))] if s else float("nan")
-
-
 def measure(name: str, base: str, cfg: dict[str, float]) -> dict[str, Any]:
     """Both workloads against one peer: ``cfg`` holds ``rounds`` (latency samples) and ``seconds`` per phase.
 
-    Returns the summary keys of ``qjm.bench._summarise`` (failover is not measured: NaN), ``durable``,
+    Returns the summary keys of ``qjm.bench.report.summarise`` (failover is not measured: NaN), ``durable``,
     ``version``, ``how``, and ``latency`` (every sample, seconds) for plots.
     """
     rounds = int(cfg["rounds"])
@@ -661,8 +656,8 @@ def measure(name: str, base: str, cfg: dict[str, float]) -> dict[str, Any]:
             out[f"tput{size}_mbps"] = n * size / elapsed / 1e6
         out.update(durable=cluster.durable, version=cluster.version, how=cluster.how)
     out.update(
-        sync_p50_us=_pct(lat, 0.5) * 1e6,
-        sync_p99_us=_pct(lat, 0.99) * 1e6,
+        sync_p50_us=pct(lat, 0.5) * 1e6,
+        sync_p99_us=pct(lat, 0.99) * 1e6,
         failover_p50_ms=float("nan"),
         failover_cold_p50_ms=float("nan"),
         failover_same_process_p50_ms=float("nan"),

@@ -1,0 +1,261 @@
+"""The disk's floor of ``qjm bench``: the node's write pattern with no network and no protocol.
+
+``worker_floor`` runs three concurrent local appenders, one per node directory, doing exactly the
+node's write pattern (the same frames, the same preallocated O_DIRECT segment files through
+``qjm._native.segment_io``, one fdatasync per batch). A commit of the floor is the second of the
+three appenders to finish (a quorum of three). Its failover is the disk work a node does for fence
++ recover + first commit of a log in sync (promise written in place, finalize, writer epoch in
+place, new preallocated segment, first append), three directories at once.
+
+``run_c_floors`` builds and runs ``bench/netfloor/netfloor.c`` (from a source checkout with a C
+compiler): the same disk pattern in plain C, locally and as a writer with three receiver processes
+on loopback (2 of 3 acks, no protocol, no Python): how close to the floor any implementation with a
+network hop can get on this machine.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from qjm._native import framing, segment_io
+from qjm.bench.workload import (
+    FULL,
+    LATENCY_RECORD,
+    RECORD_SIZES,
+    SMOKE,
+    cpu_per_record,
+    cpu_seconds,
+    records_per_batch,
+)
+from qjm.server.durable_long import fsync_dir as _fsync_dir
+
+
+def _frame(records: list[bytes], first: int) -> bytes:
+
+    return framing.encode_frame(records, epoch=1, segment_txid=1, first_txid=first)
+
+
+def _segment_header() -> bytes:
+
+    return framing.encode_segment_header(1, 1)
+
+
+def _three(fn: Callable[[int], None]) -> None:
+    errs: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            fn(i)
+        except BaseException as e:
+            errs.append(e)
+
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(3)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    if errs:
+        raise errs[0]
+
+
+def floor_latency(base: str, rounds: int) -> list[float]:
+    """Commit latency of 1 KiB batches: per round, the second of three concurrent appenders."""
+    apps = [segment_io.Appender(os.path.join(base, f"lat{i}"), _segment_header()) for i in range(3)]
+    frame = _frame([os.urandom(LATENCY_RECORD)], 1)
+    lat = [[0.0] * rounds for _ in range(3)]
+    barrier = threading.Barrier(3)
+
+    def appender(i: int) -> None:
+        a = apps[i]
+        for k in range(rounds):
+            barrier.wait()
+            t = time.perf_counter()
+            a.append(frame)
+            a.sync()
+            lat[i][k] = time.perf_counter() - t
+
+    _three(appender)
+    for a in apps:
+        a.close()
+    return [sorted(lat[i][k] for i in range(3))[1] for k in range(rounds)]
+
+
+def _three_appenders(base: str, name: str, frame: bytes, seconds: float) -> list[tuple[int, float]]:
+    """Three appenders (``name``-0..2 under ``base``) appending ``frame`` with one fdatasync each
+    for ``seconds``, started together; (frames written, seconds taken) of each."""
+    out = [(0, 0.0)] * 3
+    barrier = threading.Barrier(3)
+
+    def appender(i: int) -> None:
+        a = segment_io.Appender(os.path.join(base, f"{name}-{i}"), _segment_header())
+        barrier.wait()
+        t0 = time.perf_counter()
+        n = 0
+        while time.perf_counter() - t0 < seconds:
+            a.append(frame)
+            a.sync()
+            n += 1
+        out[i] = (n, time.perf_counter() - t0)
+        a.close()
+
+    _three(appender)
+    return out
+
+
+def floor_throughput(base: str, size: int, seconds: float) -> tuple[float, dict[str, float]]:
+    """Records/s of the quorum: three appenders each writing full batches, one fdatasync per batch;
+    and the CPU they spent per record (per replica set, like the writer's records)."""
+    per = records_per_batch(size)
+    before = cpu_seconds([])
+    done = _three_appenders(base, f"tput{size}", _frame([os.urandom(size)] * per, 1), seconds)
+    cpu = cpu_per_record(before, cpu_seconds([]), sum(n for n, _ in done) * per // 3)
+    return sorted(n * per / e for n, e in done)[1], cpu
+
+
+CEILING_RECORDS = 1020  # 1 KiB records per frame of the bandwidth ceiling: frames of about 1 MiB
+
+
+def floor_bandwidth(base: str, seconds: float) -> float:
+    """Bytes/s of the quorum when batches are large: three appenders writing ~1 MiB frames, one
+    fdatasync each, with the node's write pattern (preallocation included). No per-batch cost is
+    left to amortise, so this is the most the disk carries for three replicas, whatever the code."""
+    frame = _frame([os.urandom(1024)] * CEILING_RECORDS, 1)
+    return sorted(n * len(frame) / e for n, e in _three_appenders(base, "ceiling", frame, seconds))[1]
+
+
+def floor_raw_bandwidth(base: str, seconds: float) -> float:
+    """Bytes/s of three threads appending 1 MiB O_DIRECT writes to files they extend, one fdatasync
+    each: the disk's bandwidth with no preallocation and no qjm code at all."""
+    rates = [0.0, 0.0, 0.0]
+    barrier = threading.Barrier(3)
+
+    def writer(i: int) -> None:
+        fd = os.open(os.path.join(base, f"raw-{i}"), os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o600)
+        with mmap.mmap(-1, 1 << 20) as buf:  # page-aligned, as O_DIRECT wants
+            buf.write(os.urandom(1 << 20))
+            barrier.wait()
+            t0 = time.perf_counter()
+            n = 0
+            while time.perf_counter() - t0 < seconds:
+                n += os.pwrite(fd, buf, n)
+                os.fdatasync(fd)
+            rates[i] = n / (time.perf_counter() - t0)
+        os.close(fd)
+
+    _three(writer)
+    return sorted(rates)[1]
+
+
+def _slot_file(path: str) -> int:
+    """An epoch file as the node keeps it (qjm.server.durable_long): 8 KiB, overwritten in place."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    os.write(fd, bytes(8192))
+    os.fsync(fd)
+    return fd
+
+
+def _slot_write(fd: int, k: int) -> None:
+    os.pwrite(fd, b"%4096d" % k, (k % 2) * 4096)
+    os.fdatasync(fd)
+
+
+def floor_failover(base: str, reps: int) -> list[float]:
+    """The durable disk work of fence + recover + first commit on a node, three nodes at once."""
+    record = _frame([os.urandom(LATENCY_RECORD)], 1)
+    lat = [[0.0] * reps for _ in range(3)]
+    barrier = threading.Barrier(3)
+
+    def node(i: int) -> None:
+        d = os.path.join(base, f"fo{i}")
+        os.makedirs(d, exist_ok=True)
+        promised = _slot_file(os.path.join(d, "last-promised-epoch"))
+        writer = _slot_file(os.path.join(d, "last-writer-epoch"))
+        old = segment_io.Appender(os.path.join(d, "seg-0"), _segment_header())
+        old.append(record)
+        old.sync()
+        old.close()
+        for k in range(reps):
+            barrier.wait()
+            t = time.perf_counter()
+            _slot_write(promised, k)  # new_epoch (the log is in sync: no accept round, no paxos record)
+            seg = os.path.join(d, f"seg-{k}")
+            fd = os.open(seg, os.O_RDWR)  # finalize: cut the preallocation, fsync, rename
+            os.ftruncate(fd, len(record) + 64)
+            os.fsync(fd)
+            os.close(fd)
+            os.rename(seg, seg + ".done")
+            _fsync_dir(d)
+            _slot_write(writer, k)  # start_log_segment
+            new = segment_io.Appender(os.path.join(d, f"seg-{k + 1}"), _segment_header())
+            _fsync_dir(d)
+            new.append(record)  # first commit
+            new.sync()
+            lat[i][k] = time.perf_counter() - t
+            new.close()
+        os.close(promised)
+        os.close(writer)
+
+    _three(node)
+    return [sorted(lat[i][k] for i in range(3))[1] for k in range(reps)]
+
+
+def worker_floor(base: str, cfg: dict[str, float]) -> dict[str, Any]:
+    out: dict[str, Any] = {"latency": floor_latency(base, int(cfg["rounds"]))}
+    for size in RECORD_SIZES:
+        out[f"tput{size}"], out[f"tput{size}_cpu"] = floor_throughput(base, size, cfg["seconds"])
+    out["ceiling_bps"] = floor_bandwidth(base, cfg["seconds"])
+    try:
+        out["raw_ceiling_bps"] = floor_raw_bandwidth(base, cfg["seconds"])
+    except OSError as e:  # a file system that refuses O_DIRECT: the appender's ceiling stands alone
+        out["raw_ceiling_error"] = str(e)
+    out["failover"] = floor_failover(base, max(3, int(cfg["failovers"])))
+    return out
+
+
+NETFLOOR_WARMUP = 200  # rounds netfloor.c runs before it counts
+
+
+def _netfloor_source() -> str | None:
+    """``bench/netfloor/netfloor.c`` of a source checkout (a wheel does not ship it)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = os.path.join(here, "..", "..", "..", "bench", "netfloor", "netfloor.c")
+    return os.path.normpath(path) if os.path.isfile(path) else None
+
+
+def run_c_floors(base: str, smoke: bool) -> dict[str, Any]:
+    """The C reference of ``bench/netfloor`` in this run: its local floor (three threads, the same
+    disk pattern, no network) and its networked floor (a writer and three receiver processes on
+    loopback, 2 of 3 acks, no protocol and no Python): what any implementation could reach here.
+    Returns ``{"skipped": why}`` where there is no checkout or no C compiler."""
+    src = _netfloor_source()
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if src is None or cc is None:
+        why = "no source checkout (bench/netfloor/netfloor.c)" if src is None else "no C compiler (gcc/cc)"
+        return {"skipped": why}
+    exe = os.path.join(base, "netfloor")
+    flags = ["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-pthread"]
+    done = subprocess.run([cc, *flags, "-o", exe, src], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"qjm bench: compiling {src} failed:\n{done.stderr[-4000:]}")
+    rounds = (SMOKE if smoke else FULL)["rounds"] + NETFLOOR_WARMUP
+    out: dict[str, Any] = {}
+    for mode in ("local", "net"):
+        d = os.path.join(base, f"c-{mode}")
+        os.makedirs(d)
+        if not smoke:
+            os.sync()
+        done = subprocess.run([exe, mode, d, str(rounds)], capture_output=True, text=True, check=False, timeout=600)
+        if done.returncode != 0:
+            raise RuntimeError(f"qjm bench: netfloor {mode} failed ({done.returncode}):\n{done.stderr[-4000:]}")
+        r = json.loads(done.stdout.strip().splitlines()[-1])
+        out[f"{mode}_p50_us"], out[f"{mode}_p99_us"] = r["p50_us"], r["p99_us"]
+        shutil.rmtree(d, ignore_errors=True)
+    return out

@@ -1,0 +1,60 @@
+"""What every side of ``qjm bench`` measures, and how: the workloads, the run lengths, the percentile.
+
+The floor, qjm and the peers run the same two workloads: sync-commit latency of one
+``LATENCY_RECORD``-byte record with one batch outstanding, and pipelined throughput of records of
+each of ``RECORD_SIZES`` bytes. ``FULL`` and ``SMOKE`` say how long each part runs.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Final
+
+from qjm.protocol.frame import FRAME_HEADER_SIZE, RECORD_PREFIX_SIZE
+
+RECORD_SIZES: Final = (100, 1024)
+LATENCY_RECORD: Final = 1024
+BATCH_BYTES: Final = 64 * 1024  # the Writer's default batch_bytes
+
+# latency rounds, seconds per throughput phase, failover repetitions (warm and cold)
+FULL: Final = {"rounds": 3000, "seconds": 4.0, "failovers": 15, "cold_failovers": 9}
+SMOKE: Final = {"rounds": 30, "seconds": 0.3, "failovers": 2, "cold_failovers": 1}
+FAILOVER_WARMUP: Final = 3  # takeovers run before the counted ones (after the throughput phases)
+PURE_SCALE: Final = 0.5  # the pure run is slow: fewer latency rounds (throughput phases are timed anyway)
+
+
+def pct(values: list[float], p: float) -> float:
+    """The ``p`` quantile of ``values`` (nearest rank), NaN for no values."""
+    s = sorted(values)
+    return s[min(len(s) - 1, int(len(s) * p))] if s else float("nan")
+
+
+def records_per_batch(size: int) -> int:
+    """How many records of ``size`` bytes the Writer puts in one batch (closed at BATCH_BYTES)."""
+    return -(-BATCH_BYTES // (size + RECORD_PREFIX_SIZE))
+
+
+def disk_bytes_per_record(size: int) -> float:
+    """What one record of ``size`` bytes costs in a segment: its length prefix and its share of the
+    frame header of the Writer's batches."""
+    return size + RECORD_PREFIX_SIZE + FRAME_HEADER_SIZE / records_per_batch(size)
+
+
+def cpu_seconds(pids: list[int]) -> tuple[float, float]:
+    """(user, kernel) CPU seconds so far of this process and of ``pids``, every thread included."""
+    t = os.times()
+    user, kernel = t.user, t.system
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()  # fields from the 3rd on: utime, stime are 14, 15
+        user += int(fields[11]) / tick
+        kernel += int(fields[12]) / tick
+    return user, kernel
+
+
+def cpu_per_record(before: tuple[float, float], after: tuple[float, float], records: int) -> dict[str, float]:
+    return {
+        "cpu_user_ns": (after[0] - before[0]) / records * 1e9,
+        "cpu_kernel_ns": (after[1] - before[1]) / records * 1e9,
+    }
