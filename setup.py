@@ -19,7 +19,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import tomllib
 
+import setuptools
 from setuptools import Extension, setup
 
 # (module under qjm._native, pkg-config names of the system libraries it links)
@@ -64,8 +66,18 @@ FALLBACK_LIBS = {"libxxhash": ["xxhash"], "liburing": ["uring"]}
 OPTIONAL_FEATURES = [("QJM_XXH_DISPATCH", "xxh3_dispatch", "libxxhash")]
 
 
+# Commands that only describe or pack the sources (`python -m build` runs them for the sdist and
+# for the metadata): they need no compiler, no library probe and no Cython run.
+SOURCE_ONLY_COMMANDS = {"sdist", "egg_info", "dist_info"}
+
+
 def want_extensions() -> bool:
     return os.environ.get("QJM_NO_EXTENSIONS", "") not in ("1", "true", "yes")
+
+
+def source_only() -> bool:
+    command = next((arg for arg in sys.argv[1:] if not arg.startswith("-")), None)
+    return command in SOURCE_ONLY_COMMANDS
 
 
 @functools.cache
@@ -176,6 +188,8 @@ def native_ext(name: str, libs: list[str]) -> Extension:
 
 
 def extensions() -> list[Extension]:
+    if source_only():
+        return []
     if not want_extensions():
         print("qjm: pure build")
         return []
@@ -191,4 +205,19 @@ def extensions() -> list[Extension]:
     )
 
 
+def check_setuptools() -> None:
+    """An older setuptools than pyproject.toml's build-system asks for (as `python setup.py ...` may
+    run with) rejects its SPDX `license`: say so, instead of its schema error."""
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "pyproject.toml"), "rb") as f:
+        requires = tomllib.load(f)["build-system"]["requires"]
+    wanted = next(int(r.split(">=")[1].split(".")[0]) for r in requires if r.startswith("setuptools>="))
+    if int(setuptools.__version__.split(".")[0]) < wanted:
+        sys.exit(
+            f"qjm: setuptools {setuptools.__version__} is older than the {wanted} pyproject.toml's build-system\n"
+            f"     requires: `make compile` installs it into the venv, or `{sys.executable} -m pip install\n"
+            f"     'setuptools>={wanted}'` into this Python."
+        )
+
+
+check_setuptools()
 setup(ext_modules=extensions())

@@ -4,12 +4,20 @@ Three JournalNodes start as real processes; a writer appends; one node is killed
 the writer keeps committing on the remaining majority; a second writer takes over (fencing the
 first and recovering the log by Paxos); the first writer finds itself fenced; the killed node comes
 back and catches up at the next segment; a reader reads everything back and checks it.
+
+The faults it makes are logged as warnings (a node unreachable, a writer fenced): the log goes to a
+file in the demo's directory, which the narration names, so that it reads as one story.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import logging
+import os
+import tempfile
 import time
+from collections.abc import Iterator
 
 from qjm.cli import main as cli_main
 from qjm.client.reader import open_reader
@@ -26,9 +34,40 @@ def _rec(i: int) -> bytes:
     return f"record {i:06d} ".encode() + hashlib.sha256(str(i).encode()).hexdigest().encode()
 
 
-def run_demo(records: int = 2000) -> int:
+@contextlib.contextmanager
+def _logging_to(path: str) -> Iterator[None]:
+    """Send this process's log records to ``path`` instead of the terminal, at the levels and in the
+    format already set."""
+    root = logging.getLogger()
+    saved = root.handlers[:]
+    handler = logging.FileHandler(path)
+    formatter = next((h.formatter for h in saved if h.formatter is not None), None)
+    handler.setFormatter(formatter or logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.handlers[:] = [handler]
+    try:
+        yield
+    finally:
+        root.handlers[:] = saved
+        handler.close()
+
+
+def run_demo(records: int = 2000, workdir: str | None = None) -> int:
+    """Narrate the demo on stdout; nodes' data and every log go under ``workdir`` (default: a new
+    temporary directory), which is kept for a look afterwards."""
+    workdir = workdir or tempfile.mkdtemp(prefix="qjm-demo-")
+    log_path = os.path.join(workdir, "demo.log")
+    print(f"qjm demo: the nodes' data and every log go to {workdir}/")
+    print("    (demo.log for the writers and the reader, jn0.log-jn2.log for the nodes; the faults")
+    print("    this demo makes show up there as warnings)")
+    with _logging_to(log_path):
+        code = _run(records, workdir)
+    print(f"logs: {log_path} and {os.path.join(workdir, 'jn0.log')}-jn2.log")
+    return code
+
+
+def _run(records: int, workdir: str) -> int:
     t0 = time.monotonic()
-    with MiniJournalCluster(3, journal_id="demo") as c:
+    with MiniJournalCluster(3, workdir, journal_id="demo") as c:
         _step(1, f"three JournalNodes up (subprocesses): {', '.join(c.addresses)}")
         print(f"    journal URI: {c.uri}")
 
