@@ -10,7 +10,7 @@ import pytest
 import qjm
 from qjm.errors import QuorumError
 from qjm.testing.minicluster import MiniJournalCluster
-from qjm.testing.util import inspect_journal, read_all, segment_frames
+from qjm.testing.util import SETTLE_TIMEOUT, inspect_journal, read_all, segment_frames
 
 
 def rec(i: int) -> bytes:
@@ -20,7 +20,7 @@ def rec(i: int) -> bytes:
 @pytest.mark.parametrize("fault", ["stop", "pause"])
 def test_minority_down_writes_go_on(cluster: MiniJournalCluster, fault: str) -> None:
     """With one node stopped or paused every sync still commits, and nothing acknowledged is lost."""
-    w = qjm.open_writer(cluster.uri, create=True)
+    w = qjm.open_writer(cluster.uri, create=True, close_grace=SETTLE_TIMEOUT)  # node 2 is read after close
     for i in range(1, 201):
         w.append(rec(i))
     w.sync()
@@ -78,7 +78,7 @@ def read_all_after_recovery(cluster: MiniJournalCluster) -> list[tuple[int, byte
 def test_kill_9_mid_stream_torn_tail_repaired(cluster: MiniJournalCluster) -> None:
     """SIGKILL a node while batches stream, tear its tail further, restart: the tail is cut (and kept
     aside), the node rejoins, and every committed record is read back from the replicas."""
-    w = qjm.open_writer(cluster.uri, create=True, batch_bytes=8 * 1024)
+    w = qjm.open_writer(cluster.uri, create=True, batch_bytes=8 * 1024, close_grace=SETTLE_TIMEOUT)
     for i in range(1, 3001):
         w.append(rec(i))
         if i == 1500:

@@ -22,7 +22,7 @@ from qjm.protocol.frame import FRAME_HEADER, FRAME_HEADER_CHECKED, MAX_PAYLOAD
 from qjm.protocol.messages import NamespaceInfo
 from qjm.server.storage import scan_segment_bytes
 from qjm.testing.minicluster import MiniJournalCluster
-from qjm.testing.util import ScriptedWriter, txn_data
+from qjm.testing.util import SETTLE_TIMEOUT, ScriptedWriter, eventually, inspect_journal, txn_data, wait_for_every_node
 
 
 @pytest.fixture
@@ -109,7 +109,8 @@ def test_bad_frame_refused_node_keeps_serving(
 def test_stale_epoch_frame_is_fenced(open_segment: tuple[MiniJournalCluster, ScriptedWriter]) -> None:
     c = open_segment[0]
     w2 = ScriptedWriter(c.uri)
-    w2.recover()  # epoch 2 promised everywhere
+    w2.recover()  # epoch 2 promised by a majority; the frame goes to node 0, so wait for its promise
+    eventually(lambda: inspect_journal(c.journal_dir(0)).promised_epoch == 2, what="node 0 promised epoch 2")
     reply = send_raw(c, good_frame(11, epoch=1))
     assert isinstance(reply, wire.NodeError) and reply.code.startswith("FENCED")
     assert qjm.errors.from_code(reply.code, "x").promised_epoch == 2  # type: ignore[attr-defined]
@@ -153,7 +154,7 @@ def test_hostile_journal_id_refused(icluster: MiniJournalCluster, jid: str) -> N
 
 def test_truncated_finalized_segment_fails_over(cluster: MiniJournalCluster) -> None:
     """A finalized segment cut short on one node: readers get every record from the other replicas."""
-    w = qjm.open_writer(cluster.uri, create=True)
+    w = qjm.open_writer(cluster.uri, create=True, close_grace=SETTLE_TIMEOUT)  # node 0 finalizes too
     for i in range(1, 501):
         w.append(txn_data(i))
     w.close()
@@ -176,6 +177,7 @@ def test_truncated_inprogress_segment_is_repaired_on_restart(cluster: MiniJourna
         if i % 10 == 0:
             w.sync()
     seg = w.segment_txid
+    wait_for_every_node(w)  # node 0 holds all ten frames, not only what a majority's sync needed
     cluster.kill(0)
     path = os.path.join(cluster.journal_dir(0), f"edits_inprogress_{seg:019d}")
     with open(path, "rb") as f:
@@ -183,8 +185,8 @@ def test_truncated_inprogress_segment_is_repaired_on_restart(cluster: MiniJourna
     with open(path, "r+b") as f:
         f.truncate(valid - 7)
     cluster.start(0)
-    st = w.qjm.loggers.loggers[0].get_journal_state().result(timeout=10)
-    assert 0 < st.highest_written_txid < 100  # cut back to the last whole frame
+    st = w.qjm.loggers.loggers[0].get_journal_state().result(timeout=SETTLE_TIMEOUT)
+    assert 90 <= st.highest_written_txid < 100  # cut back to the last whole frame (the sync at 90 ended one)
     w.close()
     r = qjm.open_reader(cluster.uri)
     assert list(r) == [(i, txn_data(i)) for i in range(1, 101)]

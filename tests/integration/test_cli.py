@@ -9,7 +9,7 @@ import sys
 
 import qjm
 from qjm.testing.minicluster import MiniJournalCluster
-from qjm.testing.util import txn_data
+from qjm.testing.util import txn_data, wait_for_every_node
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -26,6 +26,7 @@ def test_format_status_tail_dump(cluster: MiniJournalCluster) -> None:
     w.roll()
     w.append(b"last")
     w.sync()
+    wait_for_every_node(w)  # sync returns at a majority; the status below lists all three nodes
     st = run("status", cluster.uri, "--json")
     assert st.returncode == 0, st.stderr
     out = json.loads(st.stdout)

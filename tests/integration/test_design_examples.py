@@ -16,7 +16,7 @@ import qjm
 from qjm.errors import QuorumError
 from qjm.testing.faults import FaultPlan
 from qjm.testing.minicluster import MiniJournalCluster
-from qjm.testing.util import ScriptedWriter, inspect_journal, read_all, segment_frames, txn_data
+from qjm.testing.util import SETTLE_TIMEOUT, ScriptedWriter, inspect_journal, read_all, segment_frames, txn_data
 
 
 def ip(start: int) -> str:
@@ -191,7 +191,7 @@ def test_design_2_10_5_starting_a_log_prior_quorum_failed(icluster: MiniJournalC
     assert views[1].plain() == views[2].plain() == {fin(1, 100): 100, fin(101, 150): 150}
     assert recover_with(c, [0, 1, 2]) == 150
     assert ip(151) + ".empty" in view(c, 0).aside()
-    w2 = qjm.open_writer(c.uri)  # the next segment starts on all three again
+    w2 = qjm.open_writer(c.uri, close_grace=SETTLE_TIMEOUT)  # the next segment starts on all three again
     w2.append(b"x")
     w2.close()
     assert all(fin(151, 151) in view(c, i).plain() for i in range(3))

@@ -9,7 +9,7 @@ import pytest
 import qjm
 from qjm.errors import FencedError, QJMError, QuorumError
 from qjm.testing.minicluster import MiniJournalCluster
-from qjm.testing.util import inspect_journal, read_all
+from qjm.testing.util import eventually, inspect_journal, read_all
 
 
 def test_new_writer_fences_old_on_data_plane(cluster: MiniJournalCluster) -> None:
@@ -71,6 +71,9 @@ def test_new_writer_fences_old_on_control_plane(cluster: MiniJournalCluster) -> 
     a.append(b"x")
     a.sync()
     b = qjm.open_writer(cluster.uri)
+    # B's new_epoch returned at a majority: let the third node promise too, or A's start below
+    # could reach it first and leave a segment there
+    eventually(lambda: all(inspect_journal(cluster.journal_dir(i)).promised_epoch == b.epoch for i in range(3)))
     with pytest.raises(FencedError):
         a.roll()
     with pytest.raises(QuorumError) as ei:

@@ -16,7 +16,7 @@ import pytest
 import qjm
 from qjm.client.writer import Writer
 from qjm.testing.minicluster import MiniJournalCluster
-from qjm.testing.util import inspect_journal, read_all
+from qjm.testing.util import SETTLE_TIMEOUT, eventually, inspect_journal, read_all
 
 LIMIT = 256 * 1024
 BATCH = 32 * 1024
@@ -42,13 +42,6 @@ def write_in_thread(w: Writer, first: int, last: int) -> tuple[threading.Thread,
     return t, errors
 
 
-def wait_until(pred: object, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        threading.Event().wait(0.005)
-
-
 def open_lagging(cluster: MiniJournalCluster, lag_wait: float) -> Writer:
     w = qjm.open_writer(
         cluster.uri,
@@ -57,6 +50,7 @@ def open_lagging(cluster: MiniJournalCluster, lag_wait: float) -> Writer:
         batch_bytes=BATCH,
         max_inflight_batches=4,  # healthy nodes never hold LIMIT unacknowledged, even with lag_wait=0
         lag_wait=lag_wait,
+        close_grace=SETTLE_TIMEOUT,  # node 2's files are read after close
     )
     w.append_many(rec(i) for i in range(1, 11))
     w.sync()
@@ -70,7 +64,7 @@ def test_a_node_that_is_a_full_queue_behind_is_waited_for_and_stays_in_sync(clus
     t, errors = write_in_thread(w, 11, 10 + RECORDS)
     # The writer fills node 2's queue, then has to wait: it cannot send 2 MiB with 256 KiB allowed
     # unacknowledged and node 2 acknowledging nothing.
-    wait_until(lambda: slow.unacked_bytes() > LIMIT - BATCH, "node 2 is a full queue behind")
+    eventually(lambda: slow.unacked_bytes() > LIMIT - BATCH, what="node 2 is a full queue behind")
     assert t.is_alive() and slow.unacked_bytes() <= LIMIT
     cluster.resume(2)
     t.join(60)

@@ -13,7 +13,7 @@ import pytest
 import qjm
 from qjm.errors import QJMError
 from qjm.testing.minicluster import MiniJournalCluster
-from qjm.testing.util import inspect_journal, txn_data, wait_for_every_node
+from qjm.testing.util import SETTLE_TIMEOUT, inspect_journal, txn_data, wait_for_every_node
 
 
 def test_time_closes_a_batch_without_sync(icluster: MiniJournalCluster) -> None:
@@ -31,7 +31,7 @@ def test_time_closes_a_batch_without_sync(icluster: MiniJournalCluster) -> None:
 
 def test_size_closes_batches_and_they_pipeline(icluster: MiniJournalCluster) -> None:
     """batch_bytes splits the stream into several frames; all are committed in order by one sync."""
-    w = qjm.open_writer(icluster.uri, create=True, batch_bytes=4096, batch_delay=10)
+    w = qjm.open_writer(icluster.uri, create=True, batch_bytes=4096, batch_delay=10, close_grace=SETTLE_TIMEOUT)
     last = w.append_many(txn_data(i) + bytes(200) for i in range(1, 1001))
     assert last == 1000
     assert w.sync() == 1000 and w.committed_txid == 1000
@@ -72,7 +72,7 @@ def test_append_many_packed_records_numpy_rows_and_offsets(icluster: MiniJournal
     from qjm._native import framing
     from qjm.testing.util import read_all
 
-    w = qjm.open_writer(icluster.uri, create=True, batch_bytes=4096)
+    w = qjm.open_writer(icluster.uri, create=True, batch_bytes=4096, close_grace=SETTLE_TIMEOUT)
     rows = np.frombuffer(b"".join(txn_data(i)[:24].ljust(24, b"-") for i in range(1, 1001)), dtype=np.uint8)
     rows = rows.reshape(1000, 24)
     assert w.append_many(rows) == 1000
@@ -89,7 +89,7 @@ def test_append_many_packed_records_numpy_rows_and_offsets(icluster: MiniJournal
 
 
 def test_roll_and_close_finalize_segments(icluster: MiniJournalCluster) -> None:
-    with qjm.open_writer(icluster.uri, create=True) as w:
+    with qjm.open_writer(icluster.uri, create=True, close_grace=SETTLE_TIMEOUT) as w:  # every node is read after
         w.append(b"a")
         assert w.roll() == 2
         w.append(b"b")

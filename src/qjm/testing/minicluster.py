@@ -25,7 +25,7 @@ from types import TracebackType
 from qjm.server.node import JournalNode
 from qjm.testing.faults import ServerFaults
 
-READY_TIMEOUT = 30.0
+READY_TIMEOUT = 120.0  # a node process imports gRPC first: seconds each on a loaded 2-core machine
 
 
 def _ephemeral_range() -> tuple[int, int]:

@@ -23,20 +23,38 @@ from qjm.config import QJMConfig
 from qjm.errors import CorruptFrameError
 from qjm.protocol.frame import SEGMENT_HEADER_SIZE
 from qjm.server.durable_long import read_long_file
+from qjm.testing.faults import FaultPlan
 
 if TYPE_CHECKING:
     from qjm.client.writer import Writer
 
 
-def eventually(condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+SETTLE_TIMEOUT = 60.0  # bounds a wait for something that takes well under a second on an idle machine
+
+
+def eventually(condition: Callable[[], bool], timeout: float = SETTLE_TIMEOUT, what: str = "condition") -> None:
     """Wait until ``condition()`` holds, failing after ``timeout``: for outcomes a quorum wait does
-    not cover (a minority node's reply lands after the majority returned)."""
+    not cover (a minority node's reply lands after the majority returned, a process exits). The
+    bound is generous because it only decides how long a broken run takes to fail: a loaded CI
+    machine can stall a thread for seconds."""
     deadline = time.monotonic() + timeout
     pause = threading.Event()
     while not condition():
         if time.monotonic() >= deadline:
             raise AssertionError(f"{what} did not hold within {timeout} s")
         pause.wait(0.002)
+
+
+def ops(plan: FaultPlan, op: str) -> int:
+    """How many ``op`` calls ``plan`` has seen start, to any node."""
+    return sum(k for (_, o), k in plan.calls.items() if o == op)
+
+
+def ops_reach(plan: FaultPlan, op: str, n: int) -> int:
+    """How many ``op`` calls have started once ``n`` have: a quorum call returns at a majority, and
+    the last node's call runs on that node's own thread whenever it is scheduled."""
+    eventually(lambda: ops(plan, op) >= n, what=f"{n} {op} calls")
+    return ops(plan, op)
 
 
 def txn_data(txid: int) -> bytes:
@@ -81,8 +99,9 @@ class ScriptedWriter:
     def finalize(self, start: int, end: int) -> None:
         self.qjm.finalize_log_segment(start, end)
 
-    def close(self, grace: float = 5.0) -> None:
-        """Release the nodes, first letting calls already queued to live nodes finish (bounded)."""
+    def close(self, grace: float = SETTLE_TIMEOUT) -> None:
+        """Release the nodes, first letting calls already queued to live nodes finish (bounded):
+        a scenario then reads every node's files, not only a majority's."""
         self.qjm.close(grace=grace)
 
 
@@ -155,7 +174,7 @@ def read_all(uri: str, from_txid: int = 1, *, include_in_progress: bool = False)
         r.qjm.close()
 
 
-def wait_for_every_node(writer: Writer, timeout: float = 30.0) -> None:
+def wait_for_every_node(writer: Writer, timeout: float = SETTLE_TIMEOUT) -> None:
     """Wait until every node has answered every batch ``writer`` sent: a sync returns at a majority,
     and a test that needs the same copy on all nodes (before an abort, say) must not race the last."""
     deadline = time.monotonic() + timeout
