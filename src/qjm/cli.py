@@ -15,11 +15,21 @@ from qjm.errors import QJMError
 
 
 def _journalnode(a: argparse.Namespace) -> int:
+    from qjm.server.limits import NodeLimits
     from qjm.server.node import JournalNode
     from qjm.testing.faults import ServerFaults
 
     hooks = ServerFaults.parse(a.fault) if a.fault else None
-    node = JournalNode(a.data_dir, host=a.host, rpc_port=a.rpc_port, data_port=a.data_port, hooks=hooks).start()
+    given = {
+        "max_open_journals": a.max_open_journals,
+        "max_data_connections": a.max_data_connections,
+        "frame_memory": a.frame_memory_mb * 1024 * 1024 if a.frame_memory_mb is not None else None,
+        "idle_timeout": a.idle_timeout,
+    }
+    limits = NodeLimits(**{k: v for k, v in given.items() if v is not None})
+    node = JournalNode(
+        a.data_dir, host=a.host, rpc_port=a.rpc_port, data_port=a.data_port, hooks=hooks, limits=limits
+    ).start()
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
@@ -229,6 +239,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--data-port", type=int, default=8486)
     s.add_argument("--fault", default="", help=argparse.SUPPRESS)
     s.add_argument("--ready-line", action="store_true", help="print READY ... on stdout once serving")
+    s.add_argument("--max-open-journals", type=int, help="journals open at once; idle ones are closed (default 64)")
+    s.add_argument("--max-data-connections", type=int, help="data-plane connections at once (default 256)")
+    s.add_argument("--frame-memory-mb", type=int, help="MiB for unfinished frames, all connections (default 256)")
+    s.add_argument(
+        "--idle-timeout", type=float, help="close a data-plane connection idle this long (seconds, default 900)"
+    )
     s.set_defaults(fn=_journalnode)
 
     s = sub.add_parser("format", help="format a journal on every node")

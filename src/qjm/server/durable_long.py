@@ -158,8 +158,12 @@ class DurableLong:
     def read(self) -> int | None:
         return read_long_file(self.path)
 
-    def write(self, value: int) -> None:
-        """Store ``value`` durably: it is on disk when this returns, or ``StorageError`` is raised."""
+    def write(self, value: int, *, sync: bool = True) -> None:
+        """Store ``value`` durably: it is on disk when this returns, or ``StorageError`` is raised.
+
+        ``sync=False`` (a best-effort value such as the committed txid) skips the fdatasync of an
+        in-place update: a crash may lose it, and the checksums still tell a torn slot from a value.
+        """
         if not MIN_VALUE <= value <= MAX_VALUE:
             raise ValueError(f"durable integer {value} is outside the signed 64-bit range")
         if self._fd is None and self._open(value):
@@ -171,7 +175,8 @@ class DurableLong:
             n = os.pwrite(fd, render_slot(value, seq), (seq % 2) * PAGE_SIZE)
             if n != PAGE_SIZE:
                 raise OSError(errno.EIO, f"short write ({n} of {PAGE_SIZE} bytes)")
-            os.fdatasync(fd)
+            if sync:
+                os.fdatasync(fd)
         except OSError as e:
             # After a failed fdatasync the page cache may claim bytes the disk never got: forget the
             # fd, and let the next write re-read the file and replace it whole (see ``_open``).

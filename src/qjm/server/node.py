@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import logging
 import os
 import threading
@@ -11,13 +13,14 @@ from concurrent import futures
 import grpc
 
 from qjm._native import framing
-from qjm.errors import CorruptFrameError, NotFoundError
+from qjm.errors import CorruptFrameError, NotFoundError, StorageError
 from qjm.protocol import qjournal_pb2 as pb
 from qjm.protocol.rpcmeta import GRPC_OPTIONS, add_servicer, make_stub
 from qjm.server.data import DataServer
-from qjm.server.journal import Journal, JournalHooks
+from qjm.server.journal import JournalHooks
+from qjm.server.limits import NodeLimits
+from qjm.server.registry import JournalRegistry
 from qjm.server.rpc import QJournalServicer
-from qjm.server.storage import DiskStorage
 
 log = logging.getLogger("qjm.node")
 
@@ -44,7 +47,11 @@ def fetch_segment(source: str, journal_id: str, segment: int, timeout: float = 6
 
 
 class JournalNode:
-    """One node: any number of journals under ``data_dir``, each created on first use."""
+    """One node: any number of journals under ``data_dir``, each created by ``Format``.
+
+    The data directory is locked (``<data_dir>/in_use.lock``) for the node's life: a second node
+    on it refuses to start. A node that fails to start releases everything it took (ports, lock).
+    """
 
     def __init__(
         self,
@@ -56,22 +63,29 @@ class JournalNode:
         hooks: JournalHooks | None = None,
         fetcher: Callable[[str, str, int], bytes] = fetch_segment,
         rpc_workers: int = 16,
+        limits: NodeLimits | None = None,
     ) -> None:
         self.data_dir = os.path.abspath(data_dir)
-        os.makedirs(self.data_dir, exist_ok=True)
         self.host = host
-        self._hooks = hooks
-        self._fetcher = fetcher
-        self._journals: dict[str, Journal] = {}
-        self._storages: list[DiskStorage] = []
-        self._lock = threading.Lock()
-        self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=rpc_workers), options=GRPC_OPTIONS)
-        add_servicer(QJournalServicer(self.get_journal, lambda: self.data_address), self._grpc)
-        self.rpc_port = self._grpc.add_insecure_port(f"{host}:{rpc_port}")
-        if self.rpc_port == 0:
-            raise OSError(f"cannot bind the control plane to {host}:{rpc_port}")
-        self._data = DataServer((host, data_port), self.get_journal)
-        self.data_port = self._data.server_address[1]
+        self.limits = (limits or NodeLimits()).fitted_to_descriptors()
+        self._lock_fd = lock_data_dir(self.data_dir)
+        self._grpc: grpc.Server | None = None
+        try:
+            self.journals = JournalRegistry(
+                self.data_dir, max_open=self.limits.max_open_journals, fetcher=fetcher, hooks=hooks
+            )
+            self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=rpc_workers), options=GRPC_OPTIONS)
+            add_servicer(QJournalServicer(self.journals, lambda: self.data_address), self._grpc)
+            self.rpc_port = self._grpc.add_insecure_port(f"{host}:{rpc_port}")
+            if self.rpc_port == 0:
+                raise OSError(errno.EADDRINUSE, f"cannot bind the control plane to {host}:{rpc_port}")
+            self.data_server = DataServer((host, data_port), self.journals, self.limits)
+        except BaseException:
+            if self._grpc is not None:
+                self._grpc.stop(None)  # releases the control port bound above
+            unlock_data_dir(self._lock_fd)
+            raise
+        self.data_port = self.data_server.server_address[1]
         self._data_thread: threading.Thread | None = None
 
     @property
@@ -82,33 +96,56 @@ class JournalNode:
     def data_address(self) -> str:
         return f"{self.host}:{self.data_port}"
 
-    def get_journal(self, journal_id: str) -> Journal:
-        with self._lock:
-            j = self._journals.get(journal_id)
-            if j is None:
-                storage = DiskStorage(self.data_dir, journal_id)  # validates the id, takes the lock
-                self._storages.append(storage)
-                j = Journal(storage, fetcher=self._fetcher, hooks=self._hooks)
-                self._journals[journal_id] = j
-            return j
-
     def start(self) -> JournalNode:
+        assert self._grpc is not None
         self._grpc.start()
-        self._data_thread = self._data.start()
+        self._data_thread = self.data_server.start()
         log.info("JournalNode serving %s: control %s, data %s", self.data_dir, self.rpc_address, self.data_address)
         return self
 
     def stop(self, grace: float | None = None) -> None:
-        self._data.shutdown()
-        self._data.server_close()
+        assert self._grpc is not None
+        self.data_server.shutdown()
+        self.data_server.server_close()
         self._grpc.stop(grace).wait()
-        with self._lock:
-            for j in self._journals.values():
-                j.close()
-            for s in self._storages:
-                s.close()
-            self._journals.clear()
-            self._storages.clear()
+        self.data_server.close_connections()
+        self.journals.close_all()
+        if self._lock_fd >= 0:
+            unlock_data_dir(self._lock_fd)
+            self._lock_fd = -1
 
     def wait(self) -> None:
+        assert self._grpc is not None
         self._grpc.wait_for_termination()
+
+
+def lock_data_dir(data_dir: str) -> int:
+    """Create ``data_dir`` if needed and take its exclusive lock; the fd holds it.
+
+    Raises ``StorageError`` naming the directory (and the holder's pid, when it wrote one) if
+    another node has it, or if the directory cannot be created or locked.
+    """
+    path = os.path.join(data_dir, "in_use.lock")
+    try:
+        os.makedirs(data_dir, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as e:
+        raise StorageError(f"cannot use data directory {data_dir}: {e.strerror or e}") from e
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        os.close(fd)
+        raise StorageError(
+            f"data directory {data_dir} is in use by another JournalNode"
+            + (f" (pid {holder})" if holder.isdigit() else "")
+            + f": {e.strerror}; one directory serves one node"
+        ) from e
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def unlock_data_dir(fd: int) -> None:
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)

@@ -27,11 +27,13 @@ class ProtocolBugs:
     """The node takes frames from any epoch (invariant 4, data plane fencing)."""
     pick_shortest_log: bool = False
     """Recovery rule 3c reversed: the shorter of two same-epoch copies wins (committed is forever)."""
+    restart_segment_of_own_epoch: bool = False
+    """A node lets a writer restart a segment that holds the writer's own frames (committed is forever)."""
 
     @property
     def server_side(self) -> bool:
         """True if the nodes (``Journal``) must be built with this object."""
-        return self.ack_before_fsync or self.skip_data_plane_epoch_check
+        return self.ack_before_fsync or self.skip_data_plane_epoch_check or self.restart_segment_of_own_epoch
 
     @property
     def client_side(self) -> bool:
