@@ -149,8 +149,11 @@ class DurableLong:
     Not thread-safe: the owner (``DiskStorage`` under the journal's lock) serialises calls.
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, replace_unreadable: bool = False) -> None:
+        """``replace_unreadable``: a file whose slots are both invalid is replaced by the first
+        write instead of refused (for a hint such as the committed txid, never for an epoch)."""
         self.path = path
+        self._replace_unreadable = replace_unreadable
         self._fd: int | None = None
         self._seq = -1  # seq of the newest record in the open file
         self._failed = False  # the last update failed: its slot's state on disk is unknown
@@ -203,6 +206,9 @@ class DurableLong:
             _, seq = decode(data, self.path)
         except OSError as e:
             os.close(fd)
+            if isinstance(e, StorageError) and self._replace_unreadable:
+                self._create(value)
+                return True
             if isinstance(e, StorageError):
                 raise
             raise storage_error(f"read {self.path}", e) from e

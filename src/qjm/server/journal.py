@@ -287,12 +287,12 @@ class Journal:
         """Promise never to accept a lower epoch again (design §2.5 step 3)."""
         with self._lock:
             mine = self._check_formatted()
+            _check_epoch(epoch)
             if (ns.namespace_id, ns.cluster_id) != (mine.namespace_id, mine.cluster_id):
                 raise NamespaceMismatchError(
                     f"journal {self.journal_id} belongs to namespace {mine.namespace_id}/{mine.cluster_id}, "
                     f"not {ns.namespace_id}/{ns.cluster_id}"
                 )
-            _check_epoch(epoch)
             if epoch <= self._promised:
                 raise EpochError(f"proposed epoch {epoch} <= last promise {self._promised}")
             self._set_promised(epoch)

@@ -69,22 +69,25 @@ class JournalNode:
         self.host = host
         self.limits = (limits or NodeLimits()).fitted_to_descriptors()
         self._lock_fd = lock_data_dir(self.data_dir)
-        self._grpc: grpc.Server | None = None
+        data_server: DataServer | None = None
         try:
             self.journals = JournalRegistry(
                 self.data_dir, max_open=self.limits.max_open_journals, fetcher=fetcher, hooks=hooks
             )
+            # The control port is bound last: gRPC keeps a port it bound until the server has run,
+            # so nothing may fail after it (Hadoop's HDFS-12407: a failed start kept its RPC port).
+            data_server = DataServer((host, data_port), self.journals, self.limits)
             self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=rpc_workers), options=GRPC_OPTIONS)
             add_servicer(QJournalServicer(self.journals, lambda: self.data_address), self._grpc)
             self.rpc_port = self._grpc.add_insecure_port(f"{host}:{rpc_port}")
             if self.rpc_port == 0:
                 raise OSError(errno.EADDRINUSE, f"cannot bind the control plane to {host}:{rpc_port}")
-            self.data_server = DataServer((host, data_port), self.journals, self.limits)
         except BaseException:
-            if self._grpc is not None:
-                self._grpc.stop(None)  # releases the control port bound above
+            if data_server is not None:
+                data_server.server_close()
             unlock_data_dir(self._lock_fd)
             raise
+        self.data_server = data_server
         self.data_port = self.data_server.server_address[1]
         self._data_thread: threading.Thread | None = None
 
@@ -97,14 +100,12 @@ class JournalNode:
         return f"{self.host}:{self.data_port}"
 
     def start(self) -> JournalNode:
-        assert self._grpc is not None
         self._grpc.start()
         self._data_thread = self.data_server.start()
         log.info("JournalNode serving %s: control %s, data %s", self.data_dir, self.rpc_address, self.data_address)
         return self
 
     def stop(self, grace: float | None = None) -> None:
-        assert self._grpc is not None
         self.data_server.shutdown()
         self.data_server.server_close()
         self._grpc.stop(grace).wait()
@@ -115,7 +116,6 @@ class JournalNode:
             self._lock_fd = -1
 
     def wait(self) -> None:
-        assert self._grpc is not None
         self._grpc.wait_for_termination()
 
 

@@ -334,7 +334,7 @@ class DiskStorage:
         # checksummed slots as the epochs, updated in place without an fdatasync.
         dl = self._durable_longs.get(name)
         if dl is None:
-            dl = self._durable_longs[name] = DurableLong(self._path(name))
+            dl = self._durable_longs[name] = DurableLong(self._path(name), replace_unreadable=not durable)
         dl.write(value, sync=durable)
 
     def read_paxos(self, segment: int) -> PersistedPaxosData | None:
