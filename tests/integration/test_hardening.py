@@ -22,8 +22,6 @@ from qjm.server.node import JournalNode
 from qjm.testing.minicluster import MiniJournalCluster, free_port
 from qjm.testing.util import ScriptedWriter, eventually, txn_data
 
-NS = pb.NamespaceInfoProto(namespace_id=7, cluster_id="hardening", ctime=0)
-
 
 def error_code(e: grpc.RpcError) -> str:
     return dict(e.trailing_metadata() or ()).get(ERROR_CODE_KEY, "")  # type: ignore[attr-defined]
@@ -136,12 +134,16 @@ def test_epochs_past_the_signed_range_are_refused_typed(
 ) -> None:
     uri = f"qjournal://{single_node.rpc_address}/j"
     qjm.open_writer(uri, create=True).close()
+    version = dict(
+        line.split("=", 1) for line in Path(single_node.data_dir, "j", "current", "VERSION").read_text().split()
+    )
+    ns = pb.NamespaceInfoProto(namespace_id=int(version["namespaceID"]), cluster_id=version["clusterID"])
     caplog.set_level(logging.ERROR, logger="qjm")
     with grpc.insecure_channel(single_node.rpc_address, options=GRPC_OPTIONS) as ch:
         stub = make_stub(ch)
         for epoch in (2**63, 2**64 - 1):
             with pytest.raises(grpc.RpcError) as ei:
-                stub.NewEpoch(pb.NewEpochRequest(journal_id="j", ns=NS, epoch=epoch), timeout=10)
+                stub.NewEpoch(pb.NewEpochRequest(journal_id="j", ns=ns, epoch=epoch), timeout=10)
             assert error_code(ei.value) == "EPOCH" and "out of range" in str(ei.value.details())  # type: ignore[attr-defined]
             req = pb.RequestInfoProto(journal_id="j", epoch=epoch, serial=1, committed_txid=-1)
             with pytest.raises(grpc.RpcError) as ei:
@@ -163,11 +165,15 @@ def test_a_node_that_fails_to_start_releases_its_ports_and_directory(tmp_path) -
     taken.listen()
     rpc_port = free_port()
     try:
-        with pytest.raises(OSError):
+        # The error is kept (as a caller that logs it would): what the failed node took must be
+        # released by the failure itself, not by garbage collection of the half-built node.
+        with pytest.raises(OSError) as failed:
             JournalNode(str(tmp_path / "jn"), rpc_port=rpc_port, data_port=taken.getsockname()[1])
         with socket.socket() as probe:  # the control port is free again
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             probe.bind(("127.0.0.1", rpc_port))
+            probe.listen()
+        assert failed.value is not None
     finally:
         taken.close()
     node = JournalNode(str(tmp_path / "jn"), rpc_port=rpc_port).start()  # and the directory's lock
