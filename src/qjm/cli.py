@@ -33,6 +33,7 @@ from qjm.errors import ConfigError, NodeUnavailableError, QJMError, StorageError
 from qjm.logs import FORMATS, LEVELS, configure_logging
 from qjm.protocol.frame import SEGMENT_HEADER_SIZE
 from qjm.server.journal import JournalHooks
+from qjm.server.limits import NodeLimits
 from qjm.server.node import JournalNode
 from qjm.settings import (
     CONFIG_ENV,
@@ -76,7 +77,7 @@ def serve_node(a: argparse.Namespace, hooks: JournalHooks | None = None) -> int:
     node = JournalNode(
         st.data_dir, host=st.rpc_bind, rpc_port=st.rpc_port, data_host=st.data_bind, data_port=st.data_port,
         rpc_advertise=st.rpc_advertise, data_advertise=st.data_advertise, hooks=hooks,
-        http_host=st.http_bind, http_port=st.http_port,
+        http_host=st.http_bind, http_port=st.http_port, limits=node_limits(dict(st.limits)),
     ).start()  # fmt: skip
     done = threading.Event()
     got: list[str] = []
@@ -99,6 +100,14 @@ def serve_node(a: argparse.Namespace, hooks: JournalHooks | None = None) -> int:
     node.stop(grace=1.0)
     log.info("JournalNode stopped")
     return 0
+
+
+def node_limits(given: Mapping[str, Any]) -> NodeLimits:
+    """``NodeLimits`` from the limit settings that were given (``LIMIT_KEYS``); the rest default."""
+    kw = dict(given)
+    if "frame_memory_mb" in kw:
+        kw["frame_memory"] = kw.pop("frame_memory_mb") * 1024 * 1024
+    return NodeLimits(**kw)
 
 
 def _check_data_dir(path: str) -> None:

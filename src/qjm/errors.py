@@ -132,6 +132,13 @@ class BindError(QJMError, OSError):
     code = "BIND"
 
 
+class ResourceExhaustedError(QJMError):
+    """The node is at one of its resource bounds (open journals, data-plane connections, frame
+    memory); the request is refused whole, and may succeed once load drops."""
+
+    code = "RESOURCE_EXHAUSTED"
+
+
 class NodeUnavailableError(QJMError):
     """The node did not answer (down, paused past the timeout, or connection refused)."""
 

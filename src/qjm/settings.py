@@ -128,7 +128,17 @@ NODE_KEYS: dict[str, tuple[Converter, str]] = {
         _host_port,
         "HOST:PORT of the HTTP port (Hadoop's dfs.journalnode.http-address); http_bind and http_port win over it",
     ),
+    "max_open_journals": (_number(int), "journals open at once; idle ones are closed first (default 64)"),
+    "max_data_connections": (_number(int), "data-plane connections at once; more are refused (default 256)"),
+    "frame_memory_mb": (_number(int), "MiB all connections may hold for unfinished frames (default 256)"),
+    "idle_timeout": (
+        _number(float),
+        "seconds after which a data-plane connection that sends nothing is closed (default 0: never; "
+        "TCP keepalive notices a vanished peer)",
+    ),
 }
+LIMIT_KEYS = ("max_open_journals", "max_data_connections", "frame_memory_mb", "idle_timeout")
+"""The node's resource bounds among ``NODE_KEYS`` (``qjm.server.limits.NodeLimits``)."""
 
 _BY_TYPE: dict[str, Converter] = {"int": _number(int), "float": _number(float), "str": _text}
 
@@ -415,6 +425,7 @@ class NodeSettings:
     data_advertise: str | None = None
     http_bind: str = DEFAULT_BIND
     http_port: int = DEFAULT_HTTP_PORT
+    limits: tuple[tuple[str, Any], ...] = ()  # the LIMIT_KEYS that were set, for NodeLimits
     origins: tuple[tuple[str, str], ...] = ()  # key → where its value came from, for the start log
 
 
@@ -444,6 +455,7 @@ def node_settings(values: Mapping[str, Value]) -> NodeSettings:
         data_advertise=get("data_advertise", split_host_port(rpc_advertise, 0)[0] if rpc_advertise else None),
         http_bind=get("http_bind", http_host if http_host is not None else rpc_bind),
         http_port=get("http_port", http_port if http_port is not None else DEFAULT_HTTP_PORT),
+        limits=tuple((k, values[k].value) for k in LIMIT_KEYS if k in values),
         origins=tuple((k, v.origin) for k, v in sorted(values.items())),
     )
 

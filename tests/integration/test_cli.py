@@ -58,18 +58,17 @@ def test_status_reports_a_down_node(cluster: MiniJournalCluster) -> None:
 
 
 def test_journalnode_refuses_a_locked_directory(cluster: MiniJournalCluster) -> None:
-    """Two nodes can never share a journal directory: the second one's first RPC is refused."""
+    """A second node on a data directory in use refuses to start, says why, and prints no
+    traceback and no READY; the first node keeps serving."""
     qjm.open_writer(cluster.uri, create=True).close()
-    other = MiniJournalCluster(1, base_dir=None)
-    try:
-        other.stop(0)
-        other.nodes[0].data_dir = cluster.node_dir(0)
-        other.start(0)
-        uri = "qjournal://" + other.addresses[0] + "/test-journal"
-        r = run("status", uri)
-        assert "StorageError" in r.stdout or "cannot lock" in r.stdout, r.stdout
-    finally:
-        other.shutdown()
+    r = run("journalnode", "--data-dir", cluster.node_dir(0), "--rpc-port", "0", "--data-port", "0", "--ready-line")
+    assert r.returncode == 1, r
+    assert "READY" not in r.stdout
+    assert "in use by another JournalNode" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    w = qjm.open_writer(cluster.uri)
+    w.append(b"still served")
+    w.sync()
+    w.close()
 
 
 def test_bad_uri_is_a_clear_error() -> None:

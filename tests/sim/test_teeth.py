@@ -32,14 +32,24 @@ BOUNDS: dict[str, tuple[int, str | None]] = {
 # skip_accept_on_quorum_copy needs three faults in a row (a longer copy on one node that misses
 # the next writer's promise, that writer dying while finalizing on one node only): more than a
 # small world searches completely in its time, so the shapes profile's roles find it instead.
+# Switches the simulator cannot reach yet, each with the directed test that shows its harm: a
+# repeated start of a segment needs a retried or duplicated StartLogSegment, which the simulated
+# network does not model.
+DIRECTED_ONLY: dict[str, str] = {
+    "restart_segment_of_own_epoch": "tests/unit/test_journal.py::"
+    "test_tooth_restarting_a_segment_of_the_writers_own_epoch_loses_committed_txids",
+}
+SEARCHED = tuple(n for n in BUG_NAMES if n not in DIRECTED_ONLY)
+# ack_before_fsync is caught at once by the direct check of invariant 4 (acknowledged only when
+# durable); without that check the loss must still surface end to end, after a node crash.
 END_TO_END_BOUND = 500  # first hit: seed 35
 
 
 def test_every_switch_has_a_bound() -> None:
-    assert set(BOUNDS) == set(BUG_NAMES)
+    assert set(BOUNDS) | set(DIRECTED_ONLY) == set(BUG_NAMES) and not set(BOUNDS) & set(DIRECTED_ONLY)
 
 
-@pytest.mark.parametrize("name", BUG_NAMES)
+@pytest.mark.parametrize("name", SEARCHED)
 def test_random_search_catches(name: str) -> None:
     bound, _ = BOUNDS[name]
     hit = first_violation(range(bound), bugs=ProtocolBugs.only(name))
@@ -58,7 +68,7 @@ def test_random_search_catches_unsynced_acks_end_to_end() -> None:
     assert "durable before acknowledged" not in hit[1]
 
 
-@pytest.mark.parametrize("name", [n for n in BUG_NAMES if BOUNDS[n][1] is not None])
+@pytest.mark.parametrize("name", [n for n in SEARCHED if BOUNDS[n][1] is not None])
 def test_exhaustive_search_catches(name: str) -> None:
     worlds: dict[str, World] = {w.name: w for w in teeth_worlds()}
     world_name = BOUNDS[name][1]
@@ -70,4 +80,4 @@ def test_exhaustive_search_catches(name: str) -> None:
 
 def test_teeth_worlds_are_searched_for_the_correct_protocol_too() -> None:
     """The worlds that catch the switches are among the small worlds searched clean in test_sim_exhaustive."""
-    assert {BOUNDS[n][1] for n in BUG_NAMES} - {None} <= {w.name for w in small_worlds()}
+    assert {BOUNDS[n][1] for n in SEARCHED} - {None} <= {w.name for w in small_worlds()}

@@ -19,6 +19,7 @@ from qjm.protocol.messages import NamespaceInfo
 from qjm.server.durable_long import (
     FILE_SIZE,
     LINE_SIZE,
+    MAGIC,
     MAX_VALUE,
     MIN_VALUE,
     PAGE_SIZE,
@@ -398,13 +399,23 @@ def test_disk_storage_corrupt_epoch_file_is_an_error(tmp_path: Path) -> None:
         st.close()
 
 
-def test_disk_storage_best_effort_value_is_unchanged(tmp_path: Path) -> None:
+def test_disk_storage_best_effort_value_is_checksummed_like_the_epochs(tmp_path: Path) -> None:
     st = DiskStorage(str(tmp_path), "j")
     try:
         st.write_long("committed-txid", 123456, durable=False)
         st.write_long("committed-txid", 5, durable=False)
-        assert (tmp_path / "j" / "current" / "committed-txid").read_bytes() == b"%20d\n" % 5
+        data = (tmp_path / "j" / "current" / "committed-txid").read_bytes()
+        assert len(data) == FILE_SIZE and data.startswith(MAGIC)
         assert st.read_long("committed-txid") == 5
+    finally:
+        st.close()
+    # a legacy bare decimal is still read, and replaced by the slotted form on the next write
+    (tmp_path / "j" / "current" / "committed-txid").write_bytes(b"%20d\n" % 7)
+    st = DiskStorage(str(tmp_path), "j")
+    try:
+        assert st.read_long("committed-txid") == 7
+        st.write_long("committed-txid", 8, durable=False)
+        assert (tmp_path / "j" / "current" / "committed-txid").stat().st_size == FILE_SIZE
     finally:
         st.close()
 

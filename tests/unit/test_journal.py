@@ -47,6 +47,7 @@ from qjm.server.storage import (
     inprogress_name,
     scan_segment_bytes,
 )
+from qjm.testing.bugs import ProtocolBugs
 from qjm.testing.memstore import MemoryStorage
 
 JID = "j"
@@ -346,11 +347,6 @@ def test_wrong_segment_is_out_of_sync_and_closes_the_segment(env: Env) -> None:
         j.journal([frame(4, 1, epoch=1, seg=1)])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a frame of an older segment closes the newer open one (Hadoop's HDFS-3797 rule, which "
-    "assumes one ordered channel); seen under load in test_a_node_that_acknowledges_nothing_is_dropped_after_lag_wait",
-)
 def test_a_late_frame_of_an_older_segment_leaves_the_open_one_alone(env: Env) -> None:
     """Batches and control calls travel on different connections: a node dropped from segment 1
     (the writer stopped waiting for it) can read frames of segment 1 still buffered on the old
@@ -1044,3 +1040,30 @@ def test_memory_storage_basics() -> None:
     st.crash()
     assert st.read_long("x") == 6
     assert st.crashes == 2
+
+
+def test_a_newer_writer_restarts_a_segment_holding_only_older_frames(env: Env) -> None:
+    """Design §3 invariants 1 and 6: frames of an older epoch in a segment a newer writer starts
+    were on no node of its recovery quorum, so never committed; they are moved aside, not lost.
+    The writer's own frames are never replaced."""
+    j = env.journal()
+    writing(j, epoch=1, upto=4)
+    w2 = Writer(2)
+    j.start_log_segment(w2.req(), 1)
+    assert any(".superseded-epoch1" in n for n in env.names(j.storage))
+    assert j.journal([frame(1, 2, epoch=2, seg=1, tag=b"n")]) == 2
+    with pytest.raises(SegmentStateError, match="written in epoch 2"):
+        j.start_log_segment(w2.req(), 1)
+    assert records_of(j.read_segment_file(1)[0]) == [b"n1", b"n2"]
+
+
+def test_tooth_restarting_a_segment_of_the_writers_own_epoch_loses_committed_txids(env: Env) -> None:
+    """The unsafe variant of the rule above (``restart_segment_of_own_epoch``): a repeated start
+    in the same epoch drops frames a quorum may have acknowledged."""
+    bugged = Journal(env.storage("bugged"), fetcher=env.fetch, bugs=ProtocolBugs.only("restart_segment_of_own_epoch"))
+    bugged.format(NS)
+    env.nodes["bugged"] = bugged
+    w = writing(bugged, epoch=1, upto=3)
+    bugged.note_committed(1, 3)
+    bugged.start_log_segment(w.req(), 1)  # a start repeated after its first reply was lost
+    assert bugged.get_edit_log_manifest(1, in_progress_ok=True).logs == ()  # txids 1-3 are gone

@@ -162,6 +162,9 @@ cdef class Receiver:
     cdef Py_ssize_t _len
     cdef Py_ssize_t _cap
     cdef bint _eof
+    cdef Py_ssize_t _max_frame
+    cdef object _memory
 
     cdef int _fill(self, Py_ssize_t need) except -1
     cdef void _consume(self, Py_ssize_t n) noexcept
+    cdef int _shrink(self) except -1

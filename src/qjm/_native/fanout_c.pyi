@@ -81,7 +81,16 @@ class Fanout:
 class Receiver:
     """The node's end of one data-plane connection: hello, then runs of frames and commit notices."""
 
-    def __init__(self, sock: socket.socket) -> None: ...
+    def __init__(self, sock: socket.socket, max_frame: int = ..., memory: object | None = None) -> None:
+        """``max_frame``: the largest frame (header included) this connection takes; a larger one
+        raises ResourceExhaustedError before any of it is buffered. ``memory``: the node's budget, with
+        ``take(n)`` (may raise ResourceExhaustedError) and ``give(n)`` (``qjm.server.frame_memory``);
+        the buffer grows past its base (one receive chunk) only with bytes taken from it, and gives
+        them back once the large frame is consumed or on ``close``."""
+
+    def close(self) -> None:
+        """Give back the memory held past the base buffer; the receiver cannot be used after."""
+
     def hello(self) -> str | None:
         """The journal id the writer names, or None if it hung up first."""
 

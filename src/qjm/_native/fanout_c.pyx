@@ -21,8 +21,8 @@
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_DECREF, Py_INCREF
-from libc.errno cimport EAGAIN, EINTR, ENOMEM, errno
-from libc.stdint cimport uint32_t, uint64_t
+from libc.errno cimport EAGAIN, EBADF, EINTR, ENOMEM, errno
+from libc.stdint cimport int64_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memcpy, memmove, memset
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
@@ -35,7 +35,8 @@ import os
 import traceback
 
 from qjm._native.framing_c import decode_header as _decode_header
-from qjm.errors import CorruptFrameError
+from qjm.errors import CorruptFrameError, ResourceExhaustedError
+from qjm.protocol.frame import MAX_PAYLOAD
 
 cdef enum:
     MAX_LINKS = 1024
@@ -773,11 +774,13 @@ cdef class Receiver:
     def __cinit__(self):
         self._buf = NULL
 
-    def __init__(self, sock):
+    def __init__(self, sock, max_frame=QJM_FRAME_HEADER_SIZE + MAX_PAYLOAD, memory=None):
         if self._buf != NULL:
             raise RuntimeError("Receiver is already initialised")
         self._sock = sock
         self._fd = sock.fileno()
+        self._max_frame = max_frame
+        self._memory = memory
         self._cap = RECV_CHUNK
         self._buf = <unsigned char *>malloc(<size_t>self._cap)
         if self._buf == NULL:
@@ -789,17 +792,49 @@ cdef class Receiver:
         free(self._buf)
         self._buf = NULL
 
+    def close(self):
+        """Give back the memory held past the base buffer (idempotent)."""
+        if self._buf != NULL and self._cap > RECV_CHUNK:
+            if self._memory is not None:
+                self._memory.give(self._cap - RECV_CHUNK)
+            self._cap = RECV_CHUNK
+        free(self._buf)
+        self._buf = NULL
+        self._len = 0
+        self._cap = 0
+
+    cdef int _shrink(self) except -1:
+        # Back to the base buffer once a large frame is consumed, and its memory back to the node.
+        cdef unsigned char *nb
+        if self._cap > RECV_CHUNK and self._len <= RECV_CHUNK // 2:
+            nb = <unsigned char *>realloc(self._buf, <size_t>RECV_CHUNK)
+            if nb == NULL:
+                return 0  # keep the larger buffer (and its share of the budget)
+            self._buf = nb
+            if self._memory is not None:
+                self._memory.give(self._cap - RECV_CHUNK)
+            self._cap = RECV_CHUNK
+        return 0
+
     cdef int _fill(self, Py_ssize_t need) except -1:
-        # Block (without the GIL) until the peer sends more bytes or closes; grow to hold `need`.
+        # Block (without the GIL) until the peer sends more bytes or closes; grow to hold `need`,
+        # and no more than it: the growth past the base buffer is taken from the node's budget.
         cdef Py_ssize_t cap = self._cap
         cdef unsigned char *nb
         cdef ssize_t r = 0
         cdef int fd = self._fd
-        while cap < need or cap - self._len < RECV_CHUNK // 4:
-            cap *= 2
+        if self._buf == NULL:
+            raise OSError(EBADF, "receiver is closed")
+        if cap < need or cap - self._len < RECV_CHUNK // 4:
+            cap = max(need, self._len + RECV_CHUNK)
+            cap = (cap + 65535) & ~65535
         if cap != self._cap:
+            if self._memory is not None:
+                self._memory.take(cap - self._cap)
             nb = <unsigned char *>realloc(self._buf, <size_t>cap)
             if nb == NULL:
+                if self._memory is not None:
+                    self._memory.give(cap - self._cap)
                 raise MemoryError()
             self._buf = nb
             self._cap = cap
@@ -871,6 +906,10 @@ cdef class Receiver:
                             break
                         h = _decode_header(PyBytes_FromStringAndSize(<const char *>p, frame_hdr))
                         flen = frame_hdr + <Py_ssize_t>h.payload_len
+                        if flen > self._max_frame:
+                            raise ResourceExhaustedError(
+                                f"a frame of {flen} bytes is larger than this node takes ({self._max_frame} bytes, "
+                                "max_frame_bytes)")
                         if self._len - pos < flen:
                             need = pos + flen
                             break
@@ -887,13 +926,14 @@ cdef class Receiver:
                         raise CorruptFrameError(
                             f"unexpected data-plane message magic {PyBytes_FromStringAndSize(<const char *>p, 4)!r}",
                             reason="magic", offset=0)
-            except CorruptFrameError:
+            except (CorruptFrameError, ResourceExhaustedError):
                 self._consume(pos)
                 if frames or commits:
                     return frames, commits
                 raise
             self._consume(pos)
             if frames or commits:
+                self._shrink()
                 return frames, commits
             if self._eof:
                 return None

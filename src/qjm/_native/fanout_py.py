@@ -14,11 +14,12 @@ import selectors
 import socket
 import threading
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from qjm._native.framing_py import decode_header
-from qjm.errors import CorruptFrameError
+from qjm.errors import CorruptFrameError, ResourceExhaustedError
 from qjm.protocol import wire
-from qjm.protocol.frame import FRAME_HEADER_SIZE, FRAME_MAGIC
+from qjm.protocol.frame import FRAME_HEADER_SIZE, FRAME_MAGIC, MAX_PAYLOAD
 
 ACK_SIZE = wire.ACK.size
 MAX_WINDOW_COUNT = 1 << 20
@@ -404,15 +405,53 @@ class Fanout:
 
 
 class Receiver:
-    """The node's end of one data-plane connection: hello, then runs of frames and commit notices."""
+    """The node's end of one data-plane connection: hello, then runs of frames and commit notices.
 
-    def __init__(self, sock: socket.socket) -> None:
+    ``max_frame``: the largest frame (header included) taken; a larger one raises
+    ResourceExhaustedError before any of it is buffered. ``memory``: the node's budget
+    (``take(n)``, ``give(n)``); the buffer grows past its base (one receive chunk) only with bytes
+    taken from it, and gives them back once the large frame is consumed, or on ``close``.
+    """
+
+    def __init__(
+        self, sock: socket.socket, max_frame: int = FRAME_HEADER_SIZE + MAX_PAYLOAD, memory: Any = None
+    ) -> None:
         self._sock = sock
         self._buf = bytearray()
         self._eof = False
+        self._max_frame = max_frame
+        self._memory = memory
+        self._cap = _RECV  # the buffer never holds more than this; past _RECV it is budgeted
+        self._closed = False
 
-    def _fill(self) -> None:
-        chunk = self._sock.recv(_RECV)
+    def close(self) -> None:
+        """Give back the memory held past the base buffer; the receiver cannot be used after."""
+        if not self._closed:
+            self._closed = True
+            if self._cap > _RECV and self._memory is not None:
+                self._memory.give(self._cap - _RECV)
+            self._cap = _RECV
+            self._buf = bytearray()
+
+    def _shrink(self) -> None:
+        if self._cap > _RECV and len(self._buf) <= _RECV // 2:
+            if self._memory is not None:
+                self._memory.give(self._cap - _RECV)
+            self._cap = _RECV
+            self._buf = bytearray(self._buf)  # a fresh, small allocation
+
+    def _fill(self, need: int = 0) -> None:
+        if self._closed:
+            raise OSError(errno.EBADF, "receiver is closed")
+        cap = self._cap
+        if cap < need or cap - len(self._buf) < _RECV // 4:
+            cap = max(need, len(self._buf) + _RECV)
+            cap = (cap + 65535) & ~65535
+        if cap != self._cap:
+            if self._memory is not None:
+                self._memory.take(cap - self._cap)
+            self._cap = cap
+        chunk = self._sock.recv(min(_RECV, self._cap - len(self._buf)))
         if not chunk:
             self._eof = True
         self._buf += chunk
@@ -420,6 +459,7 @@ class Receiver:
     def hello(self) -> str | None:
         """The journal id the writer names, or None if it hung up first."""
         while True:
+            jlen = 0
             if len(self._buf) >= wire.HELLO.size:
                 magic, version, jlen = wire.HELLO.unpack_from(self._buf)
                 if magic != wire.HELLO_MAGIC or version != wire.WIRE_VERSION:
@@ -430,7 +470,7 @@ class Receiver:
                     return jid
             if self._eof:
                 return None
-            self._fill()
+            self._fill(wire.HELLO.size + jlen)
 
     def next_run(self) -> tuple[list[bytes], list[tuple[int, int]]] | None:
         """Every complete frame and commit notice received so far, waiting for at least one.
@@ -444,19 +484,28 @@ class Receiver:
             commits: list[tuple[int, int]] = []
             buf = self._buf
             pos = 0
+            need = 0
             try:
                 while len(buf) - pos >= 4:
                     magic = bytes(buf[pos : pos + 4])
                     if magic == _FRAME_MAGIC:
                         if len(buf) - pos < FRAME_HEADER_SIZE:
+                            need = FRAME_HEADER_SIZE
                             break
                         h = decode_header(bytes(buf[pos : pos + FRAME_HEADER_SIZE]))
+                        if h.frame_len > self._max_frame:
+                            raise ResourceExhaustedError(
+                                f"a frame of {h.frame_len} bytes is larger than this node takes ({self._max_frame} "
+                                "bytes, max_frame_bytes)"
+                            )
                         if len(buf) - pos < h.frame_len:
+                            need = h.frame_len
                             break
                         frames.append(bytes(buf[pos : pos + h.frame_len]))
                         pos += h.frame_len
                     elif magic == wire.COMMIT_MAGIC:
                         if len(buf) - pos < wire.COMMIT.size:
+                            need = wire.COMMIT.size
                             break
                         _, _, epoch, txid = wire.COMMIT.unpack_from(buf, pos)
                         commits.append((epoch, txid))
@@ -465,17 +514,18 @@ class Receiver:
                         raise CorruptFrameError(
                             f"unexpected data-plane message magic {magic!r}", reason="magic", offset=0
                         )
-            except CorruptFrameError:
+            except (CorruptFrameError, ResourceExhaustedError):
                 del buf[:pos]
                 if frames or commits:
                     return frames, commits
                 raise
             del buf[:pos]
             if frames or commits:
+                self._shrink()
                 return frames, commits
             if self._eof:
                 return None
-            self._fill()
+            self._fill(need)
 
     def ack(self, txid: int) -> None:
         """Tell the writer everything through ``txid`` is durable."""

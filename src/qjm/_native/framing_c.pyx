@@ -16,6 +16,7 @@ from cpython.buffer cimport (
 )
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.pyport cimport PY_SSIZE_T_MAX
 from libc.stdint cimport UINT64_MAX, int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcmp, memcpy, memset
@@ -868,6 +869,8 @@ cdef object _scan_obj(object buf, object start_txid, Py_ssize_t offset, scan_sta
     s.last_epoch = <uint64_t>last_epoch
     PyObject_GetBuffer(buf, &v, PyBUF_SIMPLE)
     try:
+        if base > PY_SSIZE_T_MAX - max(v.len, offset):  # file offsets base + pos must not overflow
+            raise ValueError(f"base {base} plus the buffer's {v.len} bytes is past the largest file offset")
         if v.len - offset >= NOGIL_MIN:
             with nogil:
                 _scan(<const unsigned char *>v.buf, v.len, st, st_bad, s)

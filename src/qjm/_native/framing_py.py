@@ -216,8 +216,25 @@ def _signed(v: int, wide: bool) -> int:
     return v - (1 << 64) if wide and v >= 1 << 63 else v
 
 
+_SSIZE_MAX = 2**63 - 1
+
+
+def _check_ssize(v: int) -> None:
+    """The compiled twin takes offsets as C ``Py_ssize_t``: the same error for one out of its range."""
+    if not -_SSIZE_MAX - 1 <= v <= _SSIZE_MAX:
+        raise OverflowError("Python int too large to convert to C ssize_t")
+
+
+def _check_offset(offset: int) -> None:
+    # A negative offset would index from the end of the buffer here, not in the compiled twin.
+    _check_ssize(offset)
+    if offset < 0:
+        raise ValueError(f"offset must be >= 0, not {offset}")
+
+
 def decode_header(buf: Buffer, offset: int = 0) -> FrameHeader:
     """Parse and check a frame header (magic, version, checksum, bounds); not the payload."""
+    _check_offset(offset)
     return _decode_header(memoryview(buf), offset, offset)
 
 
@@ -288,6 +305,7 @@ def _check_records(payload: memoryview, count: int, offset: int) -> None:
 
 def verify_frame(buf: Buffer, offset: int = 0) -> FrameHeader:
     """Check a whole frame at ``offset``: header, payload checksum and record layout."""
+    _check_offset(offset)
     return _verify_frame(memoryview(buf), offset, offset)
 
 
@@ -387,12 +405,16 @@ def scan(
     and its error are file offsets.
     """
     mv = memoryview(buf)
+    _check_ssize(base)
+    _check_offset(offset)
     if base < 0:
         raise ValueError(f"base must be >= 0, not {base}")
     if expected_txid is not None and expected_txid < 0:
         raise ValueError(f"expected_txid must be >= 0, not {expected_txid}")
     if not 0 <= last_epoch <= 0xFFFFFFFFFFFFFFFF:
         raise ValueError(f"last_epoch out of range: {last_epoch}")
+    if base > _SSIZE_MAX - max(len(mv), offset):
+        raise ValueError(f"base {base} plus the buffer's {len(mv)} bytes is past the largest file offset")
     pos = offset
     count = 0
     first = 0

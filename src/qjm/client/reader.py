@@ -11,26 +11,18 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from qjm._native import framing
 from qjm.client.manager import QuorumJournalManager
-from qjm.client.segment_stream import committed_in_progress, downloaded_frames
+from qjm.client.replicas import ReplicaReader, finalized_segments
+from qjm.client.segment_stream import committed_in_progress
 from qjm.config import QJMConfig
-from qjm.errors import CorruptFrameError, NotFoundError, QJMError, QuorumError
+from qjm.errors import CorruptFrameError, NotFoundError
 from qjm.protocol.messages import JournaledEdits
 
 log = logging.getLogger("qjm.reader")
 
 Record = tuple[int, bytes]
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentCopy:
-    node: str
-    start: int
-    end: int
-    in_progress: bool
 
 
 class Reader:
@@ -50,8 +42,7 @@ class Reader:
         self.next_txid = from_txid
         self.include_in_progress = include_in_progress
         self.max_txns = max_txns_per_poll
-        self.failovers = 0
-        self.current_node = ""  # the replica the reader is streaming a finalized segment from
+        self._replicas = ReplicaReader(qjm)
 
     def __iter__(self) -> Iterator[Record]:
         """Everything committed now, from ``next_txid`` on; ends when caught up."""
@@ -85,51 +76,24 @@ class Reader:
 
     # -- finalized segments ------------------------------------------------------------------
 
-    def _finalized_copies(self) -> list[list[SegmentCopy]]:
-        manifests = self.qjm.get_edit_log_manifest(self.next_txid, in_progress_ok=False)
-        groups: dict[int, list[SegmentCopy]] = {}
-        for node, m in manifests.items():
-            for x in m.logs:
-                if not x.in_progress and x.end_txid >= self.next_txid:
-                    groups.setdefault(x.start_txid, []).append(SegmentCopy(node, x.start_txid, x.end_txid, False))
-        out: list[list[SegmentCopy]] = []
-        for start in sorted(groups):
-            copies = groups[start]
-            ends = {c.end for c in copies}
-            if len(ends) > 1:
-                raise CorruptFrameError(f"finalized copies of segment {start} disagree on their end: {sorted(ends)}")
-            out.append(sorted(copies, key=lambda c: c.node))
-        return out
+    @property
+    def failovers(self) -> int:
+        return self._replicas.failovers
+
+    @property
+    def current_node(self) -> str:
+        """The replica the reader is streaming a finalized segment from."""
+        return self._replicas.current_node
 
     def _read_finalized(self) -> Iterator[Record]:
-        for copies in self._finalized_copies():
-            start, end = copies[0].start, copies[0].end
-            if start > self.next_txid:
+        for seg in finalized_segments(self.qjm, self.next_txid):
+            if seg.start > self.next_txid:
                 raise NotFoundError(
                     f"gap in the journal: next txid {self.next_txid} is in no finalized segment the nodes listed "
-                    f"(next segment starts at {start})"
+                    f"(next segment starts at {seg.start})"
                 )
-            errors: dict[str, BaseException] = {}
-            for copy in copies:
-                self.current_node = copy.node
-                try:
-                    yield from self._stream_segment(copy)
-                    break
-                except QJMError as e:
-                    errors[copy.node] = e
-                    self.failovers += 1
-                    log.warning("reading segment %d from %s failed (%s); failing over", start, copy.node, e)
-            if self.next_txid <= end:
-                raise QuorumError(f"no replica could serve segment {start}-{end}", causes=errors)
-
-    def _stream_segment(self, copy: SegmentCopy) -> Iterator[Record]:
-        """Parse frames as chunks arrive, so a reader gets records before a large download ends."""
-        for buf, pos, h in downloaded_frames(self.qjm.loggers.by_name(copy.node).read_segment(copy.start)):
-            yield from self._records_of(buf, pos, h.first_txid, copy.end)
-        if self.next_txid <= copy.end:
-            raise CorruptFrameError(
-                f"{copy.node}: segment {copy.start} ended at txid {self.next_txid - 1}, not {copy.end}"
-            )
+            for buf, pos, h in self._replicas.frames(seg, self.next_txid, seg.end):
+                yield from self._records_of(buf, pos, h.first_txid, seg.end)
 
     def _records_of(self, buf: bytes | bytearray, pos: int, first: int, limit: int) -> Iterator[Record]:
         if first > self.next_txid:

@@ -16,14 +16,19 @@ from __future__ import annotations
 import logging
 import socket
 import socketserver
+import struct
 import threading
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from qjm._native import fanout
 from qjm.addresses import family_of
-from qjm.errors import QJMError, to_code
+from qjm.errors import QJMError, ResourceExhaustedError, to_code
 from qjm.protocol import wire
+from qjm.server.frame_memory import FrameMemory
 from qjm.server.journal import Journal
+from qjm.server.limits import NodeLimits
+from qjm.server.registry import JournalRegistry
 
 log = logging.getLogger("qjm.data")
 
@@ -48,13 +53,28 @@ def apply_run(
     return durable
 
 
+def _set_receive_timeout(sock: socket.socket, seconds: float) -> None:
+    """SO_RCVTIMEO, not ``settimeout``: the native receiver calls recv(2) on the descriptor, and
+    ``settimeout`` would make it non-blocking. A recv past the timeout fails with EAGAIN (OSError);
+    0 clears the timeout."""
+    whole = int(seconds)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", whole, int((seconds - whole) * 1e6)))
+
+
 class _Conn(socketserver.BaseRequestHandler):
     server: DataServer
 
     def handle(self) -> None:
         sock: socket.socket = self.request
+        limits = self.server.limits
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        rx = fanout.Receiver(sock)
+        # A peer that vanishes (power loss, a partition) without a FIN is noticed by keepalive.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, limits.keepalive_idle)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, limits.keepalive_interval)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, limits.keepalive_count)
+        _set_receive_timeout(sock, limits.hello_timeout)
+        rx = fanout.Receiver(sock, limits.max_frame_bytes, self.server.frame_memory)
         durable = 0
 
         def ack(txid: int) -> None:
@@ -66,22 +86,25 @@ class _Conn(socketserver.BaseRequestHandler):
             jid = rx.hello()
             if jid is None:
                 return
-            journal = self.server.get_journal(jid)
-            while True:
-                run = rx.next_run()
-                if run is None:
-                    return
-                frames, commits = run
-                apply_run(journal, frames, commits, ack)
+            _set_receive_timeout(sock, limits.idle_timeout)
+            with self.server.journals.lease(jid) as journal:
+                while True:
+                    run = rx.next_run()
+                    if run is None:
+                        return
+                    frames, commits = run
+                    apply_run(journal, frames, commits, ack)
         except QJMError as e:
             durable = getattr(e, "durable_txid", durable)
             log.info("data plane %s: refusing: %s: %s", self.client_address, type(e).__name__, e)
             self._send_error(sock, to_code(e), str(e), durable)
         except OSError as e:
-            log.info("data plane %s: connection lost: %s", self.client_address, e)
+            log.info("data plane %s: connection lost or idle too long: %s", self.client_address, e)
         except Exception as e:  # a bug must not kill the node: report it to the writer and log it
             log.exception("data plane %s: unexpected error", self.client_address)
             self._send_error(sock, "QJM_ERROR", f"{type(e).__name__}: {e}", durable)
+        finally:
+            rx.close()
 
     @staticmethod
     def _send_error(sock: socket.socket, code: str, msg: str, durable: int) -> None:
@@ -93,13 +116,60 @@ class _Conn(socketserver.BaseRequestHandler):
 
 
 class DataServer(socketserver.ThreadingTCPServer):
+    """One thread per connection, at most ``limits.max_data_connections`` of them; a connection
+    past that is refused with one ERROR message from the accepting thread, and no thread."""
+
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], get_journal: Callable[[str], Journal]) -> None:
-        self.get_journal = get_journal
+    def __init__(self, address: tuple[str, int], journals: JournalRegistry, limits: NodeLimits) -> None:
+        self.journals = journals
+        self.limits = limits
+        self.frame_memory = FrameMemory(limits.frame_memory, limits.frame_memory_wait)
+        self._conns: set[socket.socket] = set()
+        self._conns_lock = threading.Lock()
+        self.refused_connections = 0
         self.address_family = family_of(address[0])  # read by the base class when it makes the socket
         super().__init__(address, _Conn)
+
+    def connection_count(self) -> int:
+        with self._conns_lock:
+            return len(self._conns)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._conns_lock:
+            full = len(self._conns) >= self.limits.max_data_connections
+            if not full:
+                self._conns.add(request)
+        if full:
+            self.refused_connections += 1
+            err = ResourceExhaustedError(
+                f"this node already serves {self.limits.max_data_connections} data-plane connections "
+                "(max_data_connections)"
+            )
+            try:
+                request.setblocking(False)
+                request.send(wire.encode_error(to_code(err), str(err), 0))
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._conns_lock:
+            self._conns.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self) -> None:
+        """Wake every connection thread (its recv fails) so that it lets go of its journal."""
+        with self._conns_lock:
+            conns = list(self._conns)
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def start(self) -> threading.Thread:
         t = threading.Thread(target=self.serve_forever, name="qjm-data", daemon=True)

@@ -150,8 +150,11 @@ class DurableLong:
     Not thread-safe: the owner (``DiskStorage`` under the journal's lock) serialises calls.
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, replace_unreadable: bool = False) -> None:
+        """``replace_unreadable``: a file whose slots are both invalid is replaced by the first
+        write instead of refused (for a hint such as the committed txid, never for an epoch)."""
         self.path = path
+        self._replace_unreadable = replace_unreadable
         self._fd: int | None = None
         self._seq = -1  # seq of the newest record in the open file
         self._failed = False  # the last update failed: its slot's state on disk is unknown
@@ -159,8 +162,12 @@ class DurableLong:
     def read(self) -> int | None:
         return read_long_file(self.path)
 
-    def write(self, value: int) -> None:
-        """Store ``value`` durably: it is on disk when this returns, or ``StorageError`` is raised."""
+    def write(self, value: int, *, sync: bool = True) -> None:
+        """Store ``value`` durably: it is on disk when this returns, or ``StorageError`` is raised.
+
+        ``sync=False`` (a best-effort value such as the committed txid) skips the fdatasync of an
+        in-place update: a crash may lose it, and the checksums still tell a torn slot from a value.
+        """
         if not MIN_VALUE <= value <= MAX_VALUE:
             raise ValueError(f"durable integer {value} is outside the signed 64-bit range")
         if self._fd is None and self._open(value):
@@ -172,7 +179,8 @@ class DurableLong:
             n = os.pwrite(fd, render_slot(value, seq), (seq % 2) * PAGE_SIZE)
             if n != PAGE_SIZE:
                 raise OSError(errno.EIO, f"short write ({n} of {PAGE_SIZE} bytes)")
-            os.fdatasync(fd)
+            if sync:
+                os.fdatasync(fd)
         except OSError as e:
             # After a failed fdatasync the page cache may claim bytes the disk never got: forget the
             # fd, and let the next write re-read the file and replace it whole (see ``_open``).
@@ -199,6 +207,9 @@ class DurableLong:
             _, seq = decode(data, self.path)
         except OSError as e:
             os.close(fd)
+            if isinstance(e, StorageError) and self._replace_unreadable:
+                self._create(value)
+                return True
             if isinstance(e, StorageError):
                 raise
             raise storage_error(f"read {self.path}", e) from e

@@ -27,6 +27,7 @@ from qjm.errors import (
     OutOfOrderError,
     OutOfSyncError,
     SegmentStateError,
+    StorageError,
 )
 from qjm.protocol.frame import SEGMENT_HEADER_SIZE
 from qjm.protocol.messages import (
@@ -143,9 +144,10 @@ class Journal:
         self._ns = storage.read_namespace()
         self._promised = storage.read_long(PROMISED) or 0
         self._writer_epoch = storage.read_long(WRITER) or 0
-        committed = storage.read_long(COMMITTED)
-        self._committed = NO_TXID if committed is None else committed
-        self._committed_before_epoch = self._committed
+        self._committed = NO_TXID
+        # Hints this node could not vouch for (a committed txid past its own log end, an unreadable
+        # committed-txid file): dropped or lowered, logged, and counted here.
+        self.committed_hints_dropped = 0
         self._serial = -1
         self._open: _OpenSegment | None = None
         self._highest_written = 0
@@ -161,6 +163,32 @@ class Journal:
             # finalize after the restart would otherwise take the copy held before the accept).
             self._roll_forward_accepted()
             self._highest_written = self._scan_newest_on_open()
+        self._committed = self._load_committed()
+        self._committed_before_epoch = self._committed
+
+    def _load_committed(self) -> int:
+        """The committed txid on disk, as a hint: unreadable or past this node's log end, it is
+        lowered to what this node can vouch for, so that it cannot block a recovery (see
+        ``_note_committed``)."""
+        try:
+            committed = self.storage.read_long(COMMITTED)
+        except StorageError as e:
+            self.committed_hints_dropped += 1
+            log.warning("journal %s: ignoring an unreadable committed txid: %s", self.journal_id, e)
+            return NO_TXID
+        if committed is None or committed < NO_TXID:
+            return NO_TXID
+        if committed > self._highest_written:
+            self.committed_hints_dropped += 1
+            log.warning(
+                "journal %s: the stored committed txid %d is past this node's log end %d; using %d",
+                self.journal_id,
+                committed,
+                self._highest_written,
+                self._highest_written,
+            )
+            return self._highest_written
+        return committed
 
     # -- checks (reference §1.3) -----------------------------------------------------------
 
@@ -174,6 +202,7 @@ class Journal:
     def _check_request(self, req: RequestInfo) -> None:
         """Epoch fencing on every mutating RPC (design §2.3); a newer epoch is adopted and persisted."""
         self._check_formatted()
+        _check_epoch(req.epoch)
         if req.epoch < self._promised:
             self.stats.fenced_refused += 1
             raise FencedError(
@@ -196,9 +225,20 @@ class Journal:
     def _note_committed(self, txid: int) -> None:
         # The control and data planes are separate connections, so a notice may arrive after a
         # newer one: the committed txid is a lower bound (reference §3.7), keep the highest seen.
+        # It is a hint the writer gives, and a recovery refuses to drop what any node reports
+        # committed; so a node keeps only what it can vouch for: never past its own log end. A
+        # lagging node keeps its own end (true, as a lower bound); a bogus notice cannot make this
+        # node block every later recovery.
+        txid = min(txid, self._committed_cap())
         if txid > self._committed:
             self._committed = txid
             self.storage.write_long(COMMITTED, txid, durable=False)
+
+    def _committed_cap(self) -> int:
+        """The highest txid this node holds durably: in its open segment, or its log end."""
+        if self._open is not None:
+            return max(self._highest_written, self._open.next_txid - 1)
+        return self._highest_written
 
     def _check_writer(self, epoch: int) -> None:
         """Only the writer that started the open segment may append to it (HDFS-3845, design §2.4)."""
@@ -246,6 +286,10 @@ class Journal:
     def is_formatted(self) -> bool:
         return self._ns is not None
 
+    def has_open_segment(self) -> bool:
+        """True while a writer's segment is open here (the node's registry never closes such a journal)."""
+        return self._open is not None
+
     def get_journal_state(self) -> JournalState:
         with self._lock:
             self._check_formatted()
@@ -267,6 +311,7 @@ class Journal:
         """Promise never to accept a lower epoch again (design §2.5 step 3)."""
         with self._lock:
             mine = self._check_formatted()
+            _check_epoch(epoch)
             if (ns.namespace_id, ns.cluster_id) != (mine.namespace_id, mine.cluster_id):
                 raise NamespaceMismatchError(
                     f"journal {self.journal_id} belongs to namespace {mine.namespace_id}/{mine.cluster_id}, "
@@ -319,10 +364,7 @@ class Journal:
                     raise SegmentStateError(f"already have a finalized segment {seg.name} at txid {txid}")
                 res = self._scan(seg, repair=True)
                 if res is not None and res.frame_count > 0:
-                    raise SegmentStateError(
-                        f"in-progress segment {seg.name} already holds txids {txid}-{res.last_txid}; "
-                        "refusing to overwrite it"
-                    )
+                    self._set_aside_stale_segment(seg, res, req.epoch)
             if self._writer_epoch != req.epoch:
                 self.storage.write_long(WRITER, req.epoch)
                 self._writer_epoch = req.epoch
@@ -331,6 +373,44 @@ class Journal:
             self._open = _OpenSegment(txid, appender, txid, [])
             self.stats.out_of_sync = False
             self._highest_written = max(self._highest_written, txid - 1)
+
+    def _set_aside_stale_segment(self, seg: SegmentFile, res: framing.ScanResult, epoch: int) -> None:
+        """Make way for a writer in ``epoch`` restarting segment ``seg.start``, or refuse.
+
+        The rule: the copy here is moved aside (kept, never deleted) when its frames are all from
+        an epoch below the writer's; a copy holding the writer's own epoch is refused.
+
+        Why that is safe (design §2.7, invariants 1 and 6): a writer in epoch E starts a segment at N
+        only after its recovery over a quorum, each member having promised E, found the log ending
+        at N-1; a node of that quorum holding frames at N or later would have reported a newer
+        segment, which recovery would have finalized first. So frames written here before epoch E
+        are on no node of a quorum, and fencing (invariant 4) keeps any more from arriving: they
+        were never committed, and nothing committed is lost. Frames of epoch E itself are the
+        writer's own and may be committed (a start repeated after its first reply was lost), so
+        they are never replaced. Every frame of an in-progress file carries one epoch (only the
+        writer that started the segment appends to it, and a recovery copy is such a file), so the
+        last frame's epoch is the file's. This is Hadoop's restart of a segment that a newer
+        recovery showed uncommitted (``Journal.startLogSegment``), stated by epoch rather than by
+        Hadoop's "at most one transaction", which relies on HDFS opening every segment with one
+        transaction alone.
+        """
+        unsafe = getattr(self._bugs, "restart_segment_of_own_epoch", False)
+        if res.last_epoch >= epoch and not unsafe:
+            raise SegmentStateError(
+                f"in-progress segment {seg.name} already holds txids {seg.start}-{res.last_txid} written in epoch "
+                f"{res.last_epoch}; a writer in epoch {epoch} cannot restart it (they may be committed)"
+            )
+        log.warning(
+            "journal %s: writer epoch %d restarts segment %d; moving aside the uncommitted copy of txids %d-%d "
+            "from epoch %d",
+            self.journal_id,
+            epoch,
+            seg.start,
+            seg.start,
+            res.last_txid,
+            res.last_epoch,
+        )
+        self.storage.move_aside(seg, f".superseded-epoch{res.last_epoch}")
 
     def journal(self, frames: Sequence[bytes]) -> int:
         """Append a run of pipelined frames and make them durable with one fdatasync (group commit).
@@ -353,7 +433,12 @@ class Journal:
                             f"cannot write to journal {self.journal_id}: no segment is open on this node"
                         )
                     if h.segment_txid != seg.start:
-                        self._abort_open()
+                        # A frame of a newer segment means this node missed that segment's start: its
+                        # open segment is stale (Hadoop's rule). A frame of an older one is late, left on
+                        # a connection of a segment the writer dropped this node from (batches and
+                        # control calls travel on different connections): refused, the open segment kept.
+                        if h.segment_txid > seg.start:
+                            self._abort_open()
                         raise OutOfSyncError(
                             f"writer thinks it is writing segment {h.segment_txid} but the open segment is {seg.start}"
                         )
@@ -768,4 +853,31 @@ class Journal:
                 "open_segment": self._open.start if self._open else None,
                 "segments": [s.name for s in self.storage.list_segments()],
                 "batches_written": self.stats.batches_written,
+                "committed_hints_dropped": self.committed_hints_dropped,
             }
+
+
+def unformatted_status(journal_id: str) -> dict[str, object]:
+    """``Journal.status()`` of a journal this node has never seen (nothing is created to answer it)."""
+    return {
+        "journal_id": journal_id,
+        "formatted": False,
+        "promised_epoch": 0,
+        "writer_epoch": 0,
+        "committed_txid": NO_TXID,
+        "highest_written_txid": 0,
+        "open_segment": None,
+        "segments": [],
+        "batches_written": 0,
+        "committed_hints_dropped": 0,
+    }
+
+
+MAX_EPOCH = 2**63 - 1
+"""Epochs travel as uint64 but are stored as signed 64-bit integers (``durable_long``), like Hadoop's
+Java ``long``: a larger one is refused before anything is persisted."""
+
+
+def _check_epoch(epoch: int) -> None:
+    if not 0 <= epoch <= MAX_EPOCH:
+        raise EpochError(f"epoch {epoch} is out of range: epochs are 0..{MAX_EPOCH} (signed 64-bit)")

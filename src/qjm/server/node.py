@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import threading
@@ -12,15 +13,17 @@ import grpc
 
 from qjm._native import framing
 from qjm.addresses import advertised, check_bindable, join_host_port
-from qjm.errors import BindError, CorruptFrameError, NotFoundError, QJMError
+from qjm.errors import BindError, CorruptFrameError, NotFoundError, QJMError, StorageError
 from qjm.protocol import qjournal_pb2 as pb
 from qjm.protocol.rpcmeta import GRPC_OPTIONS, add_servicer, make_stub
 from qjm.server.data import DataServer
 from qjm.server.http import NodeHttpServer
 from qjm.server.journal import Journal, JournalHooks
+from qjm.server.limits import NodeLimits
 from qjm.server.metrics import NodeMetrics
+from qjm.server.registry import JournalRegistry
 from qjm.server.rpc import QJournalServicer
-from qjm.server.storage import DiskStorage, journal_ids_on_disk
+from qjm.server.storage import journal_ids_on_disk
 
 log = logging.getLogger("qjm.node")
 
@@ -47,11 +50,14 @@ def fetch_segment(source: str, journal_id: str, segment: int, timeout: float = 6
 
 
 class JournalNode:
-    """One node: any number of journals under ``data_dir``, each created on first use.
+    """One node: any number of journals under ``data_dir``, each created by ``Format``.
 
     ``host`` is where both ports listen (``data_host`` moves the data plane elsewhere); the
     ``*_advertise`` addresses (``host`` or ``host:port``) are what clients are told, by default
     the bind address; a wildcard bind advertises no host (qjm.addresses).
+
+    The data directory is locked (``<data_dir>/in_use.lock``) for the node's life: a second node
+    on it refuses to start. A node that fails to start releases everything it took (ports, lock).
     """
 
     def __init__(
@@ -69,41 +75,58 @@ class JournalNode:
         rpc_workers: int = 16,
         http_port: int | None = None,
         http_host: str | None = None,
+        limits: NodeLimits | None = None,
     ) -> None:
         self.host = host
         self.data_host = host if data_host is None else data_host
         advertised(host, rpc_port, rpc_advertise)  # a bad advertised address fails before any port is taken
         advertised(self.data_host, data_port, data_advertise)
         self.data_dir = os.path.abspath(data_dir)
-        os.makedirs(self.data_dir, exist_ok=True)
-        self._hooks = hooks
-        self._fetcher = fetcher
-        self._journals: dict[str, Journal] = {}
-        self._storages: list[DiskStorage] = []
-        self._lock = threading.Lock()
-        self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=rpc_workers), options=GRPC_OPTIONS)
-        add_servicer(QJournalServicer(self.get_journal, lambda: self.data_address), self._grpc)
+        self.http_host = host if http_host is None else http_host
         check_bindable(host, rpc_port, "control plane")
         check_bindable(self.data_host, data_port, "data plane")  # before gRPC holds the other port
-        self.http_host = host if http_host is None else http_host
         if http_port is not None:
             check_bindable(self.http_host, http_port, "HTTP port")
+        self.limits = (limits or NodeLimits()).fitted_to_descriptors()
+        self.load_failures: dict[str, str] = {}  # journal id -> why its directory did not load
+        self._lock_fd = lock_data_dir(self.data_dir)
+        data_server: DataServer | None = None
+        self.http: NodeHttpServer | None = None
         try:
-            self.rpc_port = self._grpc.add_insecure_port(join_host_port(host, rpc_port))
-        except RuntimeError:  # taken between the check and here; gRPC says no more than this
-            self.rpc_port = 0
-        if self.rpc_port == 0:
-            raise BindError(f"cannot bind the control plane to {join_host_port(host, rpc_port)}")
-        self._data = DataServer((self.data_host, data_port), self.get_journal)
-        self.data_port = self._data.server_address[1]
+            self.journals = JournalRegistry(
+                self.data_dir, max_open=self.limits.max_open_journals, fetcher=fetcher, hooks=hooks,
+                on_open=self._on_open,
+            )  # fmt: skip
+            data_server = DataServer((self.data_host, data_port), self.journals, self.limits)
+            self.metrics = NodeMetrics(
+                self.data_dir, self.loaded_journals, lambda: dict(self.load_failures), self._info
+            )
+            # ``http_port`` None: no HTTP port (library use); 0: any free port. It listens on ``host``
+            # unless ``http_host`` says otherwise (Hadoop's dfs.journalnode.http-bind-host).
+            if http_port is not None:
+                self.http = NodeHttpServer(self.http_host, http_port, self.metrics)
+            # The control port is bound last: gRPC keeps a port it bound until the server has run,
+            # so nothing may fail after it (Hadoop's HDFS-12407: a failed start kept its RPC port).
+            self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=rpc_workers), options=GRPC_OPTIONS)
+            add_servicer(QJournalServicer(self.journals, lambda: self.data_address), self._grpc)
+            try:
+                self.rpc_port = self._grpc.add_insecure_port(join_host_port(host, rpc_port))
+            except RuntimeError:  # taken between the check and here; gRPC says no more than this
+                self.rpc_port = 0
+            if self.rpc_port == 0:
+                raise BindError(f"cannot bind the control plane to {join_host_port(host, rpc_port)}")
+        except BaseException:
+            if self.http is not None:
+                self.http.stop()
+            if data_server is not None:
+                data_server.server_close()
+            unlock_data_dir(self._lock_fd)
+            raise
+        self.data_server = data_server
+        self.data_port = self.data_server.server_address[1]
         self._data_thread: threading.Thread | None = None
         self.rpc_address = advertised(host, self.rpc_port, rpc_advertise)
         self.data_address = advertised(self.data_host, self.data_port, data_advertise)
-        self.load_failures: dict[str, str] = {}  # journal id -> why its directory did not load
-        self.metrics = NodeMetrics(self.data_dir, self.loaded_journals, lambda: dict(self.load_failures), self._info)
-        # ``http_port`` None: no HTTP port (library use); 0: any free port. It listens on ``host``
-        # unless ``http_host`` says otherwise (Hadoop's dfs.journalnode.http-bind-host).
-        self.http = NodeHttpServer(self.http_host, http_port, self.metrics) if http_port is not None else None
 
     @property
     def rpc_bind_address(self) -> str:
@@ -122,35 +145,27 @@ class JournalNode:
         return {"rpc_address": self.rpc_address, "data_address": self.data_address, "http_address": http}
 
     def loaded_journals(self) -> list[Journal]:
-        with self._lock:
-            return list(self._journals.values())
+        return self.journals.open_journals()
 
     def load_journals(self) -> None:
         """Open every journal on disk now, so that one that cannot load is known (and logged, and
         reported by /health) before a writer needs it; a later successful open clears it."""
         for jid in journal_ids_on_disk(self.data_dir):
             try:
-                self.get_journal(jid)
+                with self.journals.lease(jid):
+                    pass
             except (QJMError, OSError) as e:
                 self.load_failures[jid] = f"{type(e).__name__}: {e}"
                 log.error("journal %s did not load: %s: %s", jid, type(e).__name__, e)
 
-    def get_journal(self, journal_id: str) -> Journal:
-        with self._lock:
-            j = self._journals.get(journal_id)
-            if j is None:
-                storage = DiskStorage(self.data_dir, journal_id)  # validates the id, takes the lock
-                self._storages.append(storage)
-                j = Journal(storage, fetcher=self._fetcher, hooks=self._hooks)
-                self._journals[journal_id] = j
-                self.load_failures.pop(journal_id, None)
-                _log_loaded(j)
-            return j
+    def _on_open(self, j: Journal) -> None:
+        self.load_failures.pop(j.journal_id, None)
+        _log_loaded(j)
 
     def start(self) -> JournalNode:
         self.load_journals()
         self._grpc.start()
-        self._data_thread = self._data.start()
+        self._data_thread = self.data_server.start()
         if self.http is not None:
             self.http.start()
         log.info(
@@ -163,16 +178,14 @@ class JournalNode:
     def stop(self, grace: float | None = None) -> None:
         if self.http is not None:
             self.http.stop()
-        self._data.shutdown()
-        self._data.server_close()
+        self.data_server.shutdown()
+        self.data_server.server_close()
         self._grpc.stop(grace).wait()
-        with self._lock:
-            for j in self._journals.values():
-                j.close()
-            for s in self._storages:
-                s.close()
-            self._journals.clear()
-            self._storages.clear()
+        self.data_server.close_connections()
+        self.journals.close_all()
+        if self._lock_fd >= 0:
+            unlock_data_dir(self._lock_fd)
+            self._lock_fd = -1
 
     def wait(self) -> None:
         self._grpc.wait_for_termination()
@@ -188,3 +201,35 @@ def _log_loaded(j: Journal) -> None:
         j.journal_id, j.storage.describe(), st.last_promised_epoch, st.last_writer_epoch, st.highest_written_txid,
         st.committed_txid, st.open_segment_txid or "none",
     )  # fmt: skip
+
+
+def lock_data_dir(data_dir: str) -> int:
+    """Create ``data_dir`` if needed and take its exclusive lock; the fd holds it.
+
+    Raises ``StorageError`` naming the directory (and the holder's pid, when it wrote one) if
+    another node has it, or if the directory cannot be created or locked.
+    """
+    path = os.path.join(data_dir, "in_use.lock")
+    try:
+        os.makedirs(data_dir, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as e:
+        raise StorageError(f"cannot use data directory {data_dir}: {e.strerror or e}") from e
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        os.close(fd)
+        raise StorageError(
+            f"data directory {data_dir} is in use by another JournalNode"
+            + (f" (pid {holder})" if holder.isdigit() else "")
+            + f": {e.strerror}; one directory serves one node"
+        ) from e
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def unlock_data_dir(fd: int) -> None:
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)

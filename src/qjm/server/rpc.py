@@ -11,12 +11,14 @@ from typing import TypeVar
 import grpc
 
 from qjm import errors
+from qjm._native import framing
 from qjm.errors import QJMError
 from qjm.protocol import convert
 from qjm.protocol import qjournal_pb2 as pb
 from qjm.protocol import qjournal_pb2_grpc as pbg
 from qjm.protocol.rpcmeta import ERROR_CODE_KEY
-from qjm.server.journal import Journal
+from qjm.server.journal import Journal, unformatted_status
+from qjm.server.registry import JournalRegistry
 
 log = logging.getLogger("qjm.rpc")
 T = TypeVar("T")
@@ -36,6 +38,7 @@ _STATUS: dict[type[QJMError], grpc.StatusCode] = {
     errors.NotFoundError: grpc.StatusCode.NOT_FOUND,
     errors.InvariantViolation: grpc.StatusCode.INTERNAL,
     errors.StorageError: grpc.StatusCode.INTERNAL,
+    errors.ResourceExhaustedError: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 
 
@@ -49,15 +52,22 @@ def status_for(e: QJMError) -> grpc.StatusCode:
 
 
 class QJournalServicer(pbg.QJournalServicer):
-    """Maps each RPC of ``qjournal.proto`` onto the node's ``Journal`` for the named journal id."""
+    """Maps each RPC of ``qjournal.proto`` onto the node's ``Journal`` for the named journal id.
 
-    def __init__(self, get_journal: Callable[[str], Journal], data_address: Callable[[], str]) -> None:
-        self._get = get_journal
+    Each call leases its journal from the registry for the length of the call; only ``Format``
+    may create a journal, so a call naming an unknown journal leaves nothing behind.
+    """
+
+    def __init__(self, journals: JournalRegistry, data_address: Callable[[], str]) -> None:
+        self._journals = journals
         self._data_address = data_address
 
-    def _run(self, context: grpc.ServicerContext, fn: Callable[[], T]) -> T:
+    def _run(
+        self, context: grpc.ServicerContext, journal_id: str, fn: Callable[[Journal], T], *, create: bool = False
+    ) -> T:
         try:
-            return fn()
+            with self._journals.lease(journal_id, create=create) as journal:
+                return fn(journal)
         except QJMError as e:
             context.set_trailing_metadata(((ERROR_CODE_KEY, errors.to_code(e)),))
             context.abort(status_for(e), str(e))
@@ -67,102 +77,102 @@ class QJournalServicer(pbg.QJournalServicer):
             context.abort(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
         raise AssertionError("unreachable")  # context.abort raises
 
+    def _absent(self, journal_id: str) -> bool:
+        """True if the journal has no directory here: a read-only call answers without opening it.
+        A bad id counts as present, so that the call reports it as the typed error it is."""
+        try:
+            return not self._journals.exists(journal_id)
+        except QJMError:
+            return False
+
     def IsFormatted(self, request: pb.JournalIdRequest, context: grpc.ServicerContext) -> pb.IsFormattedResponse:
-        return self._run(
-            context, lambda: pb.IsFormattedResponse(formatted=self._get(request.journal_id).is_formatted())
-        )
+        def go(j: Journal) -> pb.IsFormattedResponse:
+            return pb.IsFormattedResponse(formatted=j.is_formatted())
+
+        if self._absent(request.journal_id):
+            return pb.IsFormattedResponse(formatted=False)
+        return self._run(context, request.journal_id, go)
 
     def Format(self, request: pb.FormatRequest, context: grpc.ServicerContext) -> pb.Empty:
-        def go() -> pb.Empty:
-            self._get(request.journal_id).format(convert.ns_from_pb(request.ns), request.force)
+        def go(j: Journal) -> pb.Empty:
+            j.format(convert.ns_from_pb(request.ns), request.force)
             return pb.Empty()
 
-        return self._run(context, go)
+        return self._run(context, request.journal_id, go, create=True)
 
     def GetJournalState(self, request: pb.JournalIdRequest, context: grpc.ServicerContext) -> pb.JournalStateResponse:
-        def go() -> pb.JournalStateResponse:
-            out = convert.state_to_pb(self._get(request.journal_id).get_journal_state())
+        def go(j: Journal) -> pb.JournalStateResponse:
+            out = convert.state_to_pb(j.get_journal_state())
             out.data_address = self._data_address()
             return out
 
-        return self._run(context, go)
+        return self._run(context, request.journal_id, go)
 
     def NewEpoch(self, request: pb.NewEpochRequest, context: grpc.ServicerContext) -> pb.NewEpochResponse:
-        def go() -> pb.NewEpochResponse:
-            out = convert.new_epoch_to_pb(
-                self._get(request.journal_id).new_epoch(convert.ns_from_pb(request.ns), request.epoch)
-            )
+        def go(j: Journal) -> pb.NewEpochResponse:
+            out = convert.new_epoch_to_pb(j.new_epoch(convert.ns_from_pb(request.ns), request.epoch))
             out.data_address = self._data_address()
             return out
 
-        return self._run(context, go)
+        return self._run(context, request.journal_id, go)
 
     def StartLogSegment(self, request: pb.StartLogSegmentRequest, context: grpc.ServicerContext) -> pb.Empty:
-        def go() -> pb.Empty:
-            self._get(request.req.journal_id).start_log_segment(convert.req_from_pb(request.req), request.txid)
+        def go(j: Journal) -> pb.Empty:
+            j.start_log_segment(convert.req_from_pb(request.req), request.txid)
             return pb.Empty()
 
-        return self._run(context, go)
+        return self._run(context, request.req.journal_id, go)
 
     def FinalizeLogSegment(self, request: pb.FinalizeLogSegmentRequest, context: grpc.ServicerContext) -> pb.Empty:
-        def go() -> pb.Empty:
-            j = self._get(request.req.journal_id)
+        def go(j: Journal) -> pb.Empty:
             j.finalize_log_segment(
                 convert.req_from_pb(request.req), request.start_txid, request.end_txid, request.copy_epoch
             )
             return pb.Empty()
 
-        return self._run(context, go)
+        return self._run(context, request.req.journal_id, go)
 
     def PurgeLogs(self, request: pb.PurgeLogsRequest, context: grpc.ServicerContext) -> pb.Empty:
-        def go() -> pb.Empty:
-            self._get(request.req.journal_id).purge_logs(convert.req_from_pb(request.req), request.min_txid_to_keep)
+        def go(j: Journal) -> pb.Empty:
+            j.purge_logs(convert.req_from_pb(request.req), request.min_txid_to_keep)
             return pb.Empty()
 
-        return self._run(context, go)
+        return self._run(context, request.req.journal_id, go)
 
     def PrepareRecovery(
         self, request: pb.PrepareRecoveryRequest, context: grpc.ServicerContext
     ) -> pb.PrepareRecoveryResponse:
-        return self._run(
-            context,
-            lambda: convert.prepare_to_pb(
-                self._get(request.req.journal_id).prepare_recovery(
-                    convert.req_from_pb(request.req), request.segment_txid
-                )
-            ),
-        )
+        def go(j: Journal) -> pb.PrepareRecoveryResponse:
+            return convert.prepare_to_pb(j.prepare_recovery(convert.req_from_pb(request.req), request.segment_txid))
+
+        return self._run(context, request.req.journal_id, go)
 
     def AcceptRecovery(self, request: pb.AcceptRecoveryRequest, context: grpc.ServicerContext) -> pb.Empty:
-        def go() -> pb.Empty:
-            self._get(request.req.journal_id).accept_recovery(
+        def go(j: Journal) -> pb.Empty:
+            j.accept_recovery(
                 convert.req_from_pb(request.req), convert.seg_from_pb(request.state_to_accept), request.from_url
             )
             return pb.Empty()
 
-        return self._run(context, go)
+        return self._run(context, request.req.journal_id, go)
 
     def GetEditLogManifest(self, request: pb.ManifestRequest, context: grpc.ServicerContext) -> pb.ManifestResponse:
-        return self._run(
-            context,
-            lambda: convert.manifest_to_pb(
-                self._get(request.journal_id).get_edit_log_manifest(request.since_txid, request.in_progress_ok)
-            ),
-        )
+        def go(j: Journal) -> pb.ManifestResponse:
+            return convert.manifest_to_pb(j.get_edit_log_manifest(request.since_txid, request.in_progress_ok))
+
+        return self._run(context, request.journal_id, go)
 
     def GetJournaledEdits(
         self, request: pb.JournaledEditsRequest, context: grpc.ServicerContext
     ) -> pb.JournaledEditsResponse:
-        def go() -> pb.JournaledEditsResponse:
-            r = self._get(request.journal_id).get_journaled_edits(request.since_txid, request.max_txns or 5000)
+        def go(j: Journal) -> pb.JournaledEditsResponse:
+            r = j.get_journaled_edits(request.since_txid, request.max_txns or 5000)
             return pb.JournaledEditsResponse(txn_count=r.txn_count, frames=r.frames)
 
-        return self._run(context, go)
+        return self._run(context, request.journal_id, go)
 
     def DownloadSegment(self, request: pb.SegmentRequest, context: grpc.ServicerContext) -> Iterator[pb.SegmentChunk]:
-        from qjm._native import framing
-
-        data, state = self._run(context, lambda: self._get(request.journal_id).read_segment_file(request.segment_txid))
+        data, state = self._run(context, request.journal_id, lambda j: j.read_segment_file(request.segment_txid))
         for off in range(0, max(len(data) - CHUNK, 0), CHUNK):
             yield pb.SegmentChunk(data=data[off : off + CHUNK])
         last_off = (max(len(data) - 1, 0) // CHUNK) * CHUNK
@@ -176,9 +186,13 @@ class QJournalServicer(pbg.QJournalServicer):
         )
 
     def Status(self, request: pb.JournalIdRequest, context: grpc.ServicerContext) -> pb.NodeStatusResponse:
-        def go() -> pb.NodeStatusResponse:
-            st = self._get(request.journal_id).status()
+        def go(j: Journal) -> pb.NodeStatusResponse:
+            st = j.status()
             st["data_address"] = self._data_address()
             return pb.NodeStatusResponse(json=json.dumps(st))
 
-        return self._run(context, go)
+        if self._absent(request.journal_id):
+            st = unformatted_status(request.journal_id)
+            st["data_address"] = self._data_address()
+            return pb.NodeStatusResponse(json=json.dumps(st))
+        return self._run(context, request.journal_id, go)

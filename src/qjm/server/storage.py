@@ -15,7 +15,9 @@ Layout under ``<data-dir>/<journal-id>/``::
                                      A bare decimal is read too, and replaced on the first
                                      write.
     current/last-writer-epoch        same as last-promised-epoch
-    current/committed-txid           "%20d\n", best effort: overwritten in place, not fsynced
+    current/committed-txid           same slots as last-promised-epoch, best effort: updated in
+                                     place without an fdatasync; a hint (Journal lowers it to the
+                                     node's log end, ignores it if unreadable)
     current/paxos/<segment>          accepted recovery: "start end inprogress accepted_epoch frames_epoch"
     current/edits_inprogress_<19 digits>
     current/edits_<19 digits>-<19 digits>
@@ -39,7 +41,6 @@ from qjm.config import validate_journal_id
 from qjm.errors import CorruptFrameError, NotFoundError, QJMError, StorageError
 from qjm.protocol.frame import FRAME_HEADER_SIZE, SEGMENT_HEADER_SIZE
 from qjm.protocol.messages import NamespaceInfo, PersistedPaxosData, SegmentState
-from qjm.server.durable_long import FILE_SIZE as _DURABLE_FILE_SIZE
 from qjm.server.durable_long import DurableLong, read_long_file
 from qjm.server.durable_long import fsync_dir as _fsync_dir
 from qjm.server.durable_long import storage_error as _storage_error
@@ -263,7 +264,6 @@ class DiskStorage:
             raise StorageError(
                 f"cannot lock storage {self.root}: another JournalNode is using this directory ({e.strerror})"
             ) from e
-        self._best_effort_fds: dict[str, int] = {}
         self._durable_longs: dict[str, DurableLong] = {}
         # list_segments cache: (mtime_ns of current/ when listed, segments). The node owns the directory
         # (flock) and every method that changes its files drops the cache; the mtime is only a guard
@@ -284,9 +284,6 @@ class DiskStorage:
             self._lock_fd = -1
 
     def _close_small_files(self) -> None:
-        for fd in self._best_effort_fds.values():
-            os.close(fd)
-        self._best_effort_fds.clear()
         for dl in self._durable_longs.values():
             dl.close()
         self._durable_longs.clear()
@@ -352,32 +349,12 @@ class DiskStorage:
 
     # No segment-cache drop here: the files write_long creates are never segment files.
     def write_long(self, name: str, value: int, *, durable: bool = True) -> None:
-        if durable or name in self._durable_longs:
-            self._write_durable_long(name, value)
-            return
-        # Best-effort values (the committed txid, reference §2.2) change on every batch: overwrite a
-        # fixed-width line in place through a kept-open fd instead of a temp file and a rename.
-        fd = self._best_effort_fds.get(name)
-        try:
-            if fd is None:
-                fd = os.open(self._path(name), os.O_RDWR | os.O_CREAT, 0o600)
-                if os.fstat(fd).st_size == _DURABLE_FILE_SIZE:  # written durably before: keep its format
-                    os.close(fd)
-                    self._write_durable_long(name, value)
-                    return
-                self._best_effort_fds[name] = fd
-            os.pwrite(fd, f"{value:>20}\n".encode(), 0)
-        except OSError as e:
-            raise _storage_error(f"write {name}", e) from e
-
-    def _write_durable_long(self, name: str, value: int) -> None:
-        be_fd = self._best_effort_fds.pop(name, None)  # it would point at the file about to be replaced
-        if be_fd is not None:
-            os.close(be_fd)
+        # Best-effort values (the committed txid, reference §2.2) change on every batch: the same
+        # checksummed slots as the epochs, updated in place without an fdatasync.
         dl = self._durable_longs.get(name)
         if dl is None:
-            dl = self._durable_longs[name] = DurableLong(self._path(name))
-        dl.write(value)
+            dl = self._durable_longs[name] = DurableLong(self._path(name), replace_unreadable=not durable)
+        dl.write(value, sync=durable)
 
     def read_paxos(self, segment: int) -> PersistedPaxosData | None:
         try:

@@ -5,7 +5,7 @@ start; Spark needs the frame header (epoch, segment) of each record and reads ma
 ranges, so this module reads whole frames with the same rules as ``Reader``:
 
 * finalized segments are decided, so any replica serves them; a download that fails mid-way
-  resumes at the next txid on another replica;
+  resumes at the next txid on another replica (``qjm.client.replicas``, shared with ``Reader``);
 * the in-progress segment is read only up to what a majority of the newest writer's nodes hold.
 """
 
@@ -18,23 +18,15 @@ from dataclasses import dataclass
 
 from qjm._native import framing
 from qjm.client.manager import QuorumJournalManager
-from qjm.client.segment_stream import committed_in_progress, downloaded_frames
+from qjm.client.replicas import ReplicaReader, Segment, finalized_segments
+from qjm.client.segment_stream import committed_in_progress
 from qjm.config import QJMConfig
-from qjm.errors import CorruptFrameError, NotFoundError, QJMError, QuorumError
+from qjm.errors import CorruptFrameError, NotFoundError, QuorumError
 
 log = logging.getLogger("qjm.spark")
 
 # in-progress reads ask each node for at most this many txns per call (bounds reply size)
 EDITS_PER_CALL = 20_000
-
-
-@dataclass(frozen=True, slots=True)
-class Segment:
-    """A finalized segment and the replicas that list it, by name."""
-
-    start: int
-    end: int
-    nodes: tuple[str, ...]
 
 
 @dataclass(slots=True)
@@ -56,7 +48,11 @@ class JournalClient:
 
     def __init__(self, uri: str, config: QJMConfig | None = None) -> None:
         self.qjm = QuorumJournalManager(uri, config=config)
-        self.failovers = 0
+        self._replicas = ReplicaReader(self.qjm)
+
+    @property
+    def failovers(self) -> int:
+        return self._replicas.failovers
 
     def close(self) -> None:
         self.qjm.close()
@@ -71,19 +67,7 @@ class JournalClient:
 
     def finalized(self, since: int = 1) -> list[Segment]:
         """Finalized segments ending at or after ``since``, oldest first (manifests of a majority)."""
-        manifests = self.qjm.get_edit_log_manifest(since, in_progress_ok=False)
-        groups: dict[int, dict[str, int]] = {}
-        for node, m in manifests.items():
-            for x in m.logs:
-                if not x.in_progress and x.end_txid >= since:
-                    groups.setdefault(x.start_txid, {})[node] = x.end_txid
-        out: list[Segment] = []
-        for start in sorted(groups):
-            ends = set(groups[start].values())
-            if len(ends) > 1:
-                raise CorruptFrameError(f"finalized copies of segment {start} disagree on their end: {sorted(ends)}")
-            out.append(Segment(start, ends.pop(), tuple(sorted(groups[start]))))
-        return out
+        return finalized_segments(self.qjm, since)
 
     def committed_end(self, since: int = 1, limit: int | None = None) -> int:
         """The last committed txid reachable without a gap from ``since`` (``since - 1`` if none).
@@ -162,41 +146,10 @@ class JournalClient:
     def _read_finalized(
         self, seg: Segment, start: int, stop: int, prefer: int, singletons: bool = False
     ) -> Iterator[Chunk]:
-        k = prefer % len(seg.nodes)
-        nodes = seg.nodes[k:] + seg.nodes[:k]
-        nxt = start
-        errors: dict[str, BaseException] = {}
-        for node in nodes:
-            try:
-                for chunk in self._stream_segment(node, seg.start, nxt, stop, singletons):
-                    nxt = chunk.last + 1
-                    yield chunk
-                return
-            except QJMError as e:
-                errors[node] = e
-                self.failovers += 1
-                log.warning("reading segment %d from %s failed at txid %d (%s); failing over", seg.start, node, nxt, e)
-        raise QuorumError(f"no replica could serve txids {nxt}..{stop} of segment {seg.start}-{seg.end}", causes=errors)
-
-    def _stream_segment(
-        self, node: str, segment: int, start: int, stop: int, singletons: bool = False
-    ) -> Iterator[Chunk]:
-        """Frames of one replica's segment, parsed as the download arrives; ends the download at ``stop``."""
-        nxt = start
-        for buf, pos, h in downloaded_frames(self.qjm.loggers.by_name(node).read_segment(segment)):
-            if h.last_txid < nxt:
-                continue
-            if singletons and h.record_count != 1:
-                if h.first_txid > nxt:
-                    raise CorruptFrameError(f"txid gap: expected {nxt}, frame starts at {h.first_txid}")
-                nxt = min(stop, h.last_txid) + 1
-            else:
-                chunk = _clip(buf, pos, h.first_txid, h.segment_txid, h.epoch, nxt, stop)
-                nxt = chunk.last + 1
-                yield chunk
-            if nxt > stop:
-                return
-        raise CorruptFrameError(f"{node}: segment {segment} ended at txid {nxt - 1}, before {stop}")
+        """Records ``start..stop`` of a finalized segment from any replica (``ReplicaReader``)."""
+        for buf, pos, h in self._replicas.frames(seg, start, stop, prefer):
+            if not singletons or h.record_count == 1:
+                yield _clip(buf, pos, h.first_txid, h.segment_txid, h.epoch, max(start, h.first_txid), stop)
 
     def _read_in_progress(self, since: int, max_txns: int) -> Iterator[Chunk]:
         durable, edits = committed_in_progress(self.qjm, since, max_txns)

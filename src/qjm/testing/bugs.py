@@ -36,11 +36,18 @@ class ProtocolBugs:
     finalize_any_same_length_copy: bool = False
     """A node finalizes whatever copy of the right length it holds, not only the copy the writer
     named or accepted: a node that missed the accept round may hold another writer's copy."""
+    restart_segment_of_own_epoch: bool = False
+    """A node lets a writer restart a segment that holds the writer's own frames (committed is forever)."""
 
     @property
     def server_side(self) -> bool:
         """True if the nodes (``Journal``) must be built with this object."""
-        return self.ack_before_fsync or self.skip_data_plane_epoch_check or self.finalize_any_same_length_copy
+        return (
+            self.ack_before_fsync
+            or self.skip_data_plane_epoch_check
+            or self.finalize_any_same_length_copy
+            or self.restart_segment_of_own_epoch
+        )
 
     @property
     def client_side(self) -> bool:
