@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from qjm.testing.processes import stop_process
+
 READY_TIMEOUT = 60.0
 # Unique-local (RFC 4193) and RFC 1918 prefixes, only ever configured inside the namespaces.
 V4_PREFIX = "10.213.77."
@@ -163,12 +165,6 @@ class NodeProcess:
         self.proc.wait()
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, 20)
         if self.proc.stdout is not None:
             self.proc.stdout.close()
