@@ -39,6 +39,18 @@ def first_segment(c: MiniJournalCluster, plan: FaultPlan) -> ScriptedWriter:
     return w
 
 
+def second_segment(c: MiniJournalCluster, plan: FaultPlan) -> tuple[ScriptedWriter, RemoteLogger]:
+    """Segment 1-3 written and finalized, segment 4 started under ``plan`` (its faults name the
+    second start_log_segment); returns the writer and node 0 once node 0's start has ended, as the
+    quorum may return before it does."""
+    w = first_segment(c, plan)
+    w.finalize(1, 3)
+    w.start(4)
+    zero = logger(w, c.name(0))
+    zero.wait_for_start(LONG)
+    return w, zero
+
+
 def test_miss_finalize_and_next_start(icluster: MiniJournalCluster) -> None:
     """Hadoop's testMissFinalizeAndNextStart: node 0 misses finalize(1-3) and start(4), node 1
     fails at txid 4. The write of 4 fails at once, naming node 0 as out of sync (it does not wait
@@ -69,13 +81,7 @@ def test_miss_finalize_and_next_start(icluster: MiniJournalCluster) -> None:
 
 def test_a_failed_start_is_out_of_sync_for_its_segment_and_back_at_the_next(icluster: MiniJournalCluster) -> None:
     c = icluster
-    plan = FaultPlan()
-    w = first_segment(c, plan)
-    w.finalize(1, 3)
-    plan.fail_before(c.name(0), "start_log_segment", call=2)
-    w.start(4)
-    zero = logger(w, c.name(0))
-    zero.wait_for_start(LONG)  # the quorum may have returned before node 0's start failed
+    w, zero = second_segment(c, FaultPlan().fail_before(c.name(0), "start_log_segment", call=2))
     assert zero.out_of_sync
     begun = time.monotonic()
     with pytest.raises(QuorumError) as info:  # every node must hold it: node 0 cannot, and says so at once
@@ -95,13 +101,8 @@ def test_a_start_whose_reply_was_lost_is_retried_with_a_fresh_serial(icluster: M
     """Node 0 starts segment 4 but its reply is lost; the retry (a new serial) starts it again, so
     node 0 is in the segment: the same serial would be refused as out of order."""
     c = icluster
-    plan = FaultPlan()
-    w = first_segment(c, plan)
-    w.finalize(1, 3)
-    plan.lose_reply(c.name(0), "start_log_segment", call=2)
-    w.start(4)
-    zero = logger(w, c.name(0))
-    zero.wait_for_start(LONG)
+    plan = FaultPlan().lose_reply(c.name(0), "start_log_segment", call=2)
+    w, zero = second_segment(c, plan)
     assert plan.replies[(c.name(0), "start_log_segment")] == 3  # segment 1, the lost reply, the retry
     assert not zero.out_of_sync
     w.write(4, 6, wait_all=True)

@@ -194,6 +194,20 @@ def test_node_logs_start_each_journal_ready_and_shutdown_as_json(tmp_path: Path)
     assert at == sorted(at), messages
 
 
+def wait_rising(prom: PrometheusServer, query: str, what: str) -> None:
+    """Wait until Prometheus has a positive value for ``query``, then a larger one."""
+    first: list[float] = []
+
+    def seen() -> bool:
+        v = prom.value(query)
+        if v is not None and v > 0:
+            first.append(v)
+        return bool(first)
+
+    eventually(seen, 60, f"{what} seen by Prometheus")
+    eventually(lambda: (prom.value(query) or 0) > first[0], 60, f"{what} rising in Prometheus")
+
+
 @pytest.mark.skipif(not prometheus.available(), reason="Debian's prometheus: scripts/install-system-deps.sh")
 def test_prometheus_sees_txns_rise_and_a_paused_nodes_lag_grow(cluster: MiniJournalCluster) -> None:
     """Debian's Prometheus scraping three real nodes and the writer; queried through its HTTP API."""
@@ -223,31 +237,11 @@ def test_prometheus_sees_txns_rise_and_a_paused_nodes_lag_grow(cluster: MiniJour
             "writer": [f"127.0.0.1:{server.server_address[1]}"],
         }
         with PrometheusServer(jobs) as prom:
-            written = 'sum(qjm_journal_txns_written_total{journal="test-journal"})'
-            first: list[float] = []
-
-            def seen_written() -> bool:
-                v = prom.value(written)
-                if v is not None and v > 0:
-                    first.append(v)
-                return bool(first)
-
-            eventually(seen_written, 60, "txns written seen by Prometheus")
-            eventually(lambda: (prom.value(written) or 0) > first[0], 60, "txns written rising in Prometheus")
-
+            wait_rising(prom, 'sum(qjm_journal_txns_written_total{journal="test-journal"})', "txns written")
             paused = cluster.name(2)
             cluster.pause(2)
             lag = f'qjm_writer_node_lag_txns{{journal="test-journal",node="{paused}"}}'
-            lags: list[float] = []
-
-            def lag_seen() -> bool:
-                v = prom.value(lag)
-                if v is not None and v > 0:
-                    lags.append(v)
-                return bool(lags)
-
-            eventually(lag_seen, 60, "the paused node's lag seen by Prometheus")
-            eventually(lambda: (prom.value(lag) or 0) > lags[0], 60, "the paused node's lag growing")
+            wait_rising(prom, lag, "the paused node's lag")
             up = f'up{{job="nodes",instance="{cluster.http_address(2)}"}}'
             eventually(lambda: prom.value(up) == 0, 60, "the paused node's scrapes failing")
             assert not failed, failed

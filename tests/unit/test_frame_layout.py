@@ -3,28 +3,11 @@
 from __future__ import annotations
 
 import importlib
-import struct
 
 import pytest
 
 from qjm.protocol import frame as pf
-
-
-def struct_offsets(fmt: struct.Struct, names: list[str]) -> dict[str, int]:
-    """Offset of each field of a packed ``<`` struct format ("32s" counts as one field), by position."""
-    out: dict[str, int] = {}
-    pos = 0
-    digits = ""
-    for ch in fmt.format.removeprefix("<"):
-        if ch.isdigit():
-            digits += ch
-            continue
-        out[names[len(out)]] = pos
-        pos += struct.calcsize(f"<{digits}{ch}")
-        digits = ""
-    assert len(out) == len(names)
-    assert pos == fmt.size
-    return out
+from qjm.protocol.wire import field_offsets
 
 
 def mirror_layout() -> dict[str, dict[str, int]]:
@@ -33,8 +16,8 @@ def mirror_layout() -> dict[str, dict[str, int]]:
 
 def test_python_mirror_is_self_consistent() -> None:
     """The offsets table, the struct formats and the constants of protocol/frame.py agree."""
-    assert struct_offsets(pf.FRAME_HEADER, list(pf.FRAME_FIELD_OFFSETS)) == pf.FRAME_FIELD_OFFSETS
-    assert struct_offsets(pf.SEGMENT_HEADER, list(pf.SEGMENT_FIELD_OFFSETS)) == pf.SEGMENT_FIELD_OFFSETS
+    assert field_offsets(pf.FRAME_HEADER, tuple(pf.FRAME_FIELD_OFFSETS)) == pf.FRAME_FIELD_OFFSETS
+    assert field_offsets(pf.SEGMENT_HEADER, tuple(pf.SEGMENT_FIELD_OFFSETS)) == pf.SEGMENT_FIELD_OFFSETS
     assert pf.FRAME_HEADER.size == pf.FRAME_HEADER_SIZE
     assert pf.SEGMENT_HEADER.size == pf.SEGMENT_HEADER_SIZE
     assert pf.FRAME_FIELD_OFFSETS["header_xxh3"] == pf.FRAME_HEADER_CHECKED

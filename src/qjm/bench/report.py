@@ -28,16 +28,14 @@ def summarise(raw: dict[str, Any]) -> dict[str, Any]:
         s[f"tput{size}_in_sync"] = raw.get(f"tput{size}_in_sync", 3)
         for k, v in raw.get(f"tput{size}_cpu", {}).items():
             s[f"tput{size}_{k}"] = v
-    if "ceiling_bps" in raw:
-        s["ceiling_mbps"] = raw["ceiling_bps"] / 1e6
-        for size in RECORD_SIZES:
-            s[f"ceiling{size}_rps"] = raw["ceiling_bps"] / disk_bytes_per_record(size)
+    for ceiling in ("ceiling", "raw_ceiling"):  # preallocated segments; O_DIRECT writes extending the file
+        if f"{ceiling}_bps" in raw:
+            bps = raw[f"{ceiling}_bps"]
+            s[f"{ceiling}_mbps"] = bps / 1e6
+            for size in RECORD_SIZES:
+                s[f"{ceiling}{size}_rps"] = bps / disk_bytes_per_record(size)
     if "raw_ceiling_error" in raw:
         s["raw_ceiling_error"] = raw["raw_ceiling_error"]
-    if "raw_ceiling_bps" in raw:
-        s["raw_ceiling_mbps"] = raw["raw_ceiling_bps"] / 1e6
-        for size in RECORD_SIZES:
-            s[f"raw_ceiling{size}_rps"] = raw["raw_ceiling_bps"] / disk_bytes_per_record(size)
     return s
 
 

@@ -32,7 +32,7 @@ from qjm.client.data_link import DataLink
 from qjm.client.fanout_link import FanoutLink, shared_engine
 from qjm.client.link_batch import Delivery
 from qjm.client.loggers import CallHooks, WriterLife
-from qjm.client.node_state import Held, NodeState, Refusal, Route
+from qjm.client.node_state import Held, NodeState, NodeStateView, Refusal, Route
 from qjm.client.threaded_link import ThreadedLink
 from qjm.config import NodeAddress, QJMConfig
 from qjm.errors import NodeUnavailableError, QJMError, WriterCrashedError
@@ -89,7 +89,7 @@ def _unavailable(e: BaseException) -> bool:
 Ticket = Future[int] | Delivery  # how a batch kept while its segment starts is tracked
 
 
-class RemoteLogger:
+class RemoteLogger(NodeStateView[Ticket]):
     """One JournalNode reached over gRPC (control) and framed TCP (data)."""
 
     def __init__(
@@ -165,24 +165,7 @@ class RemoteLogger:
             info = self._state.request()
         return convert.req_to_pb(info)
 
-    # -- identity / state --------------------------------------------------------------------
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def source_url(self) -> str:
-        return self._name
-
-    @property
-    def out_of_sync(self) -> bool:
-        return self._state.out_of_sync
-
-    @property
-    def fenced(self) -> bool:
-        """Out of sync because this node fenced the writer (a newer writer holds the journal)."""
-        return self._state.fenced is not None
+    # -- identity / state (the rest is NodeStateView's) --------------------------------------
 
     @property
     def highest_acked_txid(self) -> int:
@@ -191,14 +174,6 @@ class RemoteLogger:
         if self.native_acks and link is not None:
             self._state.acked(link.acked_txid())
         return self._state.highest_acked
-
-    # The writer's thread alone sets these (once per epoch, once per commit); the other threads
-    # read plain ints, so no lock is taken on the commit path.
-    def set_epoch(self, epoch: int) -> None:
-        self._state.set_epoch(epoch)
-
-    def set_committed_txid(self, txid: int) -> None:
-        self._state.set_committed(txid)
 
     # -- plumbing ----------------------------------------------------------------------------
 

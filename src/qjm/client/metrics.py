@@ -16,13 +16,15 @@ One collector per writer; register writers of different journals in one registry
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 
-from prometheus_client.core import Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from qjm.client.writer import Writer
 from qjm.exposition import add_histogram, counter, gauge, histogram
+
+Family = Callable[[str, str, Sequence[str]], GaugeMetricFamily | CounterMetricFamily]
 
 
 class WriterCollector(Collector):
@@ -32,24 +34,20 @@ class WriterCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         st = self._stats()
         jl = [st.journal_id]
-        for name, doc, value in (
-            ("qjm_writer_epoch", "The writer's epoch", st.epoch),
-            ("qjm_writer_segment_txid", "First txid of the segment being written", st.segment_txid),
-            ("qjm_writer_last_txid", "Txid of the last record appended", st.last_txid),
-            ("qjm_writer_committed_txid", "Every txid up to this one is on a quorum", st.committed_txid),
-            ("qjm_writer_inflight_batches", "Batches sent and not yet on a quorum", st.inflight_batches),
-        ):
-            g = gauge(name, doc, ["journal"])
-            g.add_metric(jl, value)
-            yield g
-        for name, doc, value in (
-            ("qjm_writer_batches_sent", "Batches sent to the nodes", st.batches_sent),
-            ("qjm_writer_txns_sent", "Transactions sent to the nodes", st.txns_sent),
-            ("qjm_writer_bytes_sent", "Frame bytes sent to each node", st.bytes_sent),
-        ):
-            c = counter(name, doc, ["journal"])
-            c.add_metric(jl, value)
-            yield c
+        scalars: list[tuple[Family, str, str, int]] = [
+            (gauge, "qjm_writer_epoch", "The writer's epoch", st.epoch),
+            (gauge, "qjm_writer_segment_txid", "First txid of the segment being written", st.segment_txid),
+            (gauge, "qjm_writer_last_txid", "Txid of the last record appended", st.last_txid),
+            (gauge, "qjm_writer_committed_txid", "Every txid up to this one is on a quorum", st.committed_txid),
+            (gauge, "qjm_writer_inflight_batches", "Batches sent and not yet on a quorum", st.inflight_batches),
+            (counter, "qjm_writer_batches_sent", "Batches sent to the nodes", st.batches_sent),
+            (counter, "qjm_writer_txns_sent", "Transactions sent to the nodes", st.txns_sent),
+            (counter, "qjm_writer_bytes_sent", "Frame bytes sent to each node", st.bytes_sent),
+        ]
+        for family, name, doc, value in scalars:
+            m = family(name, doc, ["journal"])
+            m.add_metric(jl, value)
+            yield m
         commit = histogram("qjm_writer_commit_seconds", "Time from sending a batch to its quorum", ["journal"])
         add_histogram(commit, jl, st.commit_seconds)
         yield commit

@@ -34,7 +34,7 @@ from qjm import errors
 from qjm.errors import FencedError, NodeTooFarBehindError, NodeUnavailableError, OutOfSyncError, QJMError
 from qjm.protocol.messages import NO_TXID, RequestInfo
 
-__all__ = ["CommitNotice", "Held", "NodeState", "Refusal", "Route"]
+__all__ = ["CommitNotice", "Held", "NodeState", "NodeStateView", "Refusal", "Route"]
 
 P = TypeVar("P")  # what the caller tracks a held batch by (a future, a native delivery)
 
@@ -222,3 +222,48 @@ class NodeState(Generic[P]):
         """Keep a batch routed ``HOLD`` for the newest segment being started."""
         self._starting[next(reversed(self._starting))].append(held)
         self.backlog_bytes += len(held.frame)
+
+
+class NodeStateView(Generic[P]):
+    """The ``Logger`` members that only read or set a ``NodeState``: identity, sync state, epoch.
+
+    ``RemoteLogger`` and the simulator's ``SimLogger`` both inherit them, so the simulated channel
+    answers them with the real channel's code. A subclass keeps its ``NodeState`` in ``_state``
+    and takes its own lock around the calls that change it; the writer's thread alone sets the
+    epoch and the committed txid (once per epoch, once per commit), and other threads read plain
+    attributes, so these members take no lock.
+    """
+
+    _state: NodeState[P]
+
+    @property
+    def name(self) -> str:
+        return self._state.name
+
+    @property
+    def source_url(self) -> str:
+        return self._state.name
+
+    @property
+    def out_of_sync(self) -> bool:
+        return self._state.out_of_sync
+
+    @property
+    def fenced(self) -> bool:
+        """Out of sync because this node fenced the writer (a newer writer holds the journal)."""
+        return self._state.fenced is not None
+
+    @property
+    def epoch(self) -> int:
+        return self._state.epoch
+
+    @property
+    def highest_acked_txid(self) -> int:
+        """The highest txid this node has acknowledged as durable to this writer."""
+        return self._state.highest_acked
+
+    def set_epoch(self, epoch: int) -> None:
+        self._state.set_epoch(epoch)
+
+    def set_committed_txid(self, txid: int) -> None:
+        self._state.set_committed(txid)

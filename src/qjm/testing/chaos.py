@@ -8,7 +8,7 @@ latency, resets connections and partitions nodes. At the end everything is heale
 recovers the log, and the verifier checks design §7.4.1's properties:
 
 * no txid was acknowledged to two writers with different bytes;
-* every acknowledged txid is in the final log (read with ``open_reader``) with its bytes;
+* every acknowledged txid is in the final log (what a fresh reader returns) with its bytes;
 * finalized segments with the same name are identical on every node (checksums of their frames).
 
 The data plane is not proxied: writers connect to the data address a node advertises in
@@ -407,10 +407,9 @@ def _events(log_dir: str, kind: str) -> int:
 
 def verify(cluster: object, log_dir: str, rep: ChaosReport) -> None:
     """Recover with a last writer, read everything back, and compare with what writers were told."""
-    from qjm.client.reader import open_reader
     from qjm.client.writer import open_writer
     from qjm.testing.minicluster import MiniJournalCluster
-    from qjm.testing.util import segment_frames
+    from qjm.testing.util import read_all, segment_frames
 
     assert isinstance(cluster, MiniJournalCluster)
     c = rep.counts
@@ -429,11 +428,7 @@ def verify(cluster: object, log_dir: str, rep: ChaosReport) -> None:
     c["acked_claims"] = sum(len(cl) for cl in claims.values())
     w = open_writer(cluster.uri, config=_writer_config())
     w.close()
-    r = open_reader(cluster.uri)
-    try:
-        final = dict(r)
-    finally:
-        r.qjm.close()
+    final = dict(read_all(cluster.uri))
     c["final_txids"] = len(final)
     if final and sorted(final) != list(range(1, len(final) + 1)):
         rep.problems.append(f"the final log is not contiguous from txid 1 ({len(final)} txids)")

@@ -9,16 +9,15 @@ them all (deleting a namespace deletes its end of each veth pair, and with it th
 
 from __future__ import annotations
 
-import os
-import selectors
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from qjm.testing.processes import NotReady, read_ready_line, stop_process
 
 READY_TIMEOUT = 60.0
 # Unique-local (RFC 4193) and RFC 1918 prefixes, only ever configured inside the namespaces.
@@ -134,19 +133,10 @@ class NodeProcess:
             raise
 
     def _await_ready(self) -> dict[str, str]:
-        assert self.proc.stdout is not None
-        with selectors.DefaultSelector() as sel:
-            sel.register(self.proc.stdout, selectors.EVENT_READ)
-            deadline = time.monotonic() + READY_TIMEOUT
-            line = b""
-            while not line.endswith(b"\n"):
-                left = deadline - time.monotonic()
-                if left <= 0 or not sel.select(left):
-                    raise RuntimeError(f"node not ready in {READY_TIMEOUT:g} s; log: {self.log.read_text()}")
-                b = os.read(self.proc.stdout.fileno(), 4096)
-                if not b:
-                    raise RuntimeError(f"node exited with {self.proc.wait()}; log: {self.log.read_text()}")
-                line += b
+        try:
+            line = read_ready_line(self.proc, READY_TIMEOUT)
+        except NotReady as e:
+            raise RuntimeError(f"node {e}; log: {self.log.read_text()}") from None
         words = line.decode().split()
         if not words or words[0] != "READY":
             raise RuntimeError(f"node said {line!r} instead of READY")
@@ -163,12 +153,6 @@ class NodeProcess:
         self.proc.wait()
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, 20)
         if self.proc.stdout is not None:
             self.proc.stdout.close()

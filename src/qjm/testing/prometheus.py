@@ -24,6 +24,7 @@ from types import TracebackType
 from prometheus_client.parser import text_string_to_metric_families
 
 from qjm.testing.minicluster import READY_TIMEOUT, free_port
+from qjm.testing.processes import stop_process
 
 BINARY = "prometheus"
 
@@ -117,13 +118,7 @@ class PrometheusServer:
         return res[0][1]
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, 15)
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> PrometheusServer:

@@ -87,12 +87,15 @@ class Checker:
                     f"and to w{writer} as {rec!r}"
                 )
             self.acked[t] = (rec, writer)
-            seen = self.records.get(t)
-            if seen is not None and seen[0] != rec:
-                self.fail(
-                    f"invariant 1 (committed is forever): txid {t} acknowledged to w{writer} as {rec!r} "
-                    f"but finalized as {seen[0]!r} on {seen[1]}"
-                )
+            self._committed_is_forever(t, (rec, writer), self.records.get(t))
+
+    def _committed_is_forever(self, t: int, acked: tuple[bytes, int] | None, final: tuple[bytes, str] | None) -> None:
+        """Invariant 1: txid ``t``, acknowledged to a writer as a record, is finalized as that record."""
+        if acked is not None and final is not None and acked[0] != final[0]:
+            self.fail(
+                f"invariant 1 (committed is forever): txid {t} acknowledged to w{acked[1]} as {acked[0]!r} "
+                f"but finalized as {final[0]!r} in {final[1]}"
+            )
 
     # 4: fencing, and durability before acknowledgement
     def on_request(self, node: Node, op: str, epoch: int, promised_before: int) -> None:
@@ -202,12 +205,7 @@ class Checker:
             if seen is not None and seen[0] != rec:
                 self.fail(f"invariant 2 (one history): txid {t} is {seen[0]!r} in {seen[1]} but {rec!r} in {where}")
             self.records[t] = (rec, where)
-            a = self.acked.get(t)
-            if a is not None and a[0] != rec:
-                self.fail(
-                    f"invariant 1 (committed is forever): txid {t} acknowledged to w{a[1]} as {a[0]!r} "
-                    f"but finalized as {rec!r} in {where}"
-                )
+            self._committed_is_forever(t, self.acked.get(t), (rec, where))
 
     def _check_chain(self, node: Node, start: int) -> None:
         """Invariant 6: a segment at N anywhere means a quorum has a finalized segment ending at N-1."""

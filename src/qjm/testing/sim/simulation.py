@@ -448,10 +448,7 @@ class Simulation:
             if j is not None:
                 self.stats["fail_before"] += 1
             self.note(f"{tag} => {'node down' if j is None else 'LOST before delivery'}; link breaks")
-            lost = NodeUnavailableError(f"{node.name}: data link lost")
-            lg.link_failed(m.gen, lost)
-            for g in group:
-                self._complete(g, node, error=lost)
+            self._break_link(lg, node, group, NodeUnavailableError(f"{node.name}: data link lost"))
             return
         promised = node.storage.read_long(PROMISED) or 0
         writer_epoch = node.storage.read_long(WRITER) or 0
@@ -467,10 +464,7 @@ class Simulation:
             self.stats["crash_inside"] += 1
             self._crash_node(node, f"inside journal at {c}")
             self.note(f"{tag} => node died")
-            died = NodeUnavailableError(f"{node.name} died")
-            lg.link_failed(m.gen, died)
-            for g in group:
-                self._complete(g, node, error=died)
+            self._break_link(lg, node, group, NodeUnavailableError(f"{node.name} died"))
             return
         except InvariantViolation as e:
             self.stats["node_alarms"] += 1
@@ -494,10 +488,7 @@ class Simulation:
         if fault == "lost":
             self.stats["reply_lost"] += 1
             self.note(f"{tag} => durable through {durable}, REPLY LOST; link breaks")
-            ack_lost = NodeUnavailableError(f"{node.name}: ack lost")
-            lg.link_failed(m.gen, ack_lost)
-            for g in group:
-                self._complete(g, node, error=ack_lost)
+            self._break_link(lg, node, group, NodeUnavailableError(f"{node.name}: ack lost"))
             return
         if error is not None:
             self.note(f"{tag} => durable through {durable}, then {type(error).__name__}: {error}; link breaks")
@@ -509,6 +500,12 @@ class Simulation:
                 self._complete(g, node, durable)
             else:
                 self._complete(g, node, error=error)
+
+    def _break_link(self, lg: SimLogger, node: Node, group: list[Msg], error: BaseException) -> None:
+        """The link that carried ``group`` is gone: ``lg`` learns it, and every batch of it fails."""
+        lg.link_failed(group[0].gen, error)
+        for g in group:
+            self._complete(g, node, error=error)
 
     # -- nodes -------------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from qjm._native import framing
 from qjm.client.loggers import CallHooks, Logger, LoggerSet, WriterLife
 from qjm.client.manager import QuorumJournalManager
-from qjm.client.node_state import Held, NodeState, Refusal, Route
+from qjm.client.node_state import Held, NodeState, NodeStateView, Refusal, Route
 from qjm.client.quorum import QuorumCall
 from qjm.client.recovery import choose_recovery_source, in_sync_copy
 from qjm.errors import InvariantViolation, QJMError, WriterCrashedError
@@ -88,7 +88,7 @@ class Msg:
         return self.run is None
 
 
-class SimLogger:
+class SimLogger(NodeStateView[Msg]):
     """One writer's channel to one simulated node: the ``Logger`` protocol, like ``RemoteLogger``.
 
     The per-node rules are ``RemoteLogger``'s own ``NodeState``: serials stamped when a call runs;
@@ -108,46 +108,20 @@ class SimLogger:
         self.life = life
         self.hooks = hooks or CallHooks()
         self._name = sim.node_name(node)
-        self.state: NodeState[Msg] = NodeState(self._name, JOURNAL_ID, sim.config.queued_edits_limit_bytes)
+        self._state: NodeState[Msg] = NodeState(self._name, JOURNAL_ID, sim.config.queued_edits_limit_bytes)
         self._gen = 0  # data link generation: one per start_log_segment sent
         self._broken: set[int] = set()
         self.link_acked: dict[int, int] = {}  # gen → last durable txid the node acked on that link
         self.queue: deque[Msg] = deque()
         self.sent = 0
 
-    # -- identity / state --------------------------------------------------------------------
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def source_url(self) -> str:
-        return self._name
-
-    @property
-    def out_of_sync(self) -> bool:
-        return self.state.out_of_sync
-
-    @property
-    def epoch(self) -> int:
-        return self.state.epoch
-
-    @property
-    def highest_acked_txid(self) -> int:
-        return self.state.highest_acked
-
-    def set_epoch(self, epoch: int) -> None:
-        self.state.set_epoch(epoch)
-
-    def set_committed_txid(self, txid: int) -> None:
-        self.state.set_committed(txid)
+    # -- identity / state (NodeStateView's, as on RemoteLogger) ------------------------------
 
     def _req(self) -> RequestInfo:
-        return self.state.request()
+        return self._state.request()
 
     def state_key(self) -> tuple[object, ...]:
-        st = self.state
+        st = self._state
         return (
             self.writer,
             self.node,
@@ -200,7 +174,7 @@ class SimLogger:
     def start_log_segment(self, txid: int) -> Future[None]:
         self._gen += 1
         gen = self._gen
-        self.state.start_begun(txid)
+        self._state.start_begun(txid)
 
         def run(j: Journal) -> None:
             self._broken.add(gen - 1)  # the old segment's link is closed on purpose
@@ -215,16 +189,16 @@ class SimLogger:
         sent) drops the batches queued behind it and leaves the node out of sync at once."""
         e = fut.exception()
         if e is None:
-            self.state.start_succeeded(txid)  # its batches are already queued behind it
+            self._state.start_succeeded(txid)  # its batches are already queued behind it
             return
         self._broken.add(gen - 1)
         self._broken.add(gen)
-        self.state.start_failed(txid, e if isinstance(e, QJMError) else QJMError(f"{self._name}: {e}"))
+        self._state.start_failed(txid, e if isinstance(e, QJMError) else QJMError(f"{self._name}: {e}"))
 
     def finalize_log_segment(self, start: int, end: int, copy_epoch: int = 0) -> Future[None]:
         def run(j: Journal) -> None:
-            if self.state.out_of_sync:
-                raise self.state.not_in_sync(f"; not finalizing {start}-{end}")
+            if self._state.out_of_sync:
+                raise self._state.not_in_sync(f"; not finalizing {start}-{end}")
             j.finalize_log_segment(self._req(), start, end, copy_epoch)
 
         return self._ctl("finalize_log_segment", f"finalize_log_segment({start}, {end})", run)
@@ -277,21 +251,21 @@ class SimLogger:
             self._send_checks("journal", True)
         except QJMError as e:
             if not isinstance(e, WriterCrashedError):
-                self.state.lose_sync(e)
+                self._state.lose_sync(e)
             return self._not_sent(fut, summary, e)
-        route = self.state.route(len(frame), 0, self._gen > 0)
+        route = self._state.route(len(frame), 0, self._gen > 0)
         if isinstance(route, Refusal):
             if route.close_link:
                 self._broken.add(self._gen)  # the batches it dropped are queued: they fail on the broken link
             return self._not_sent(fut, summary, route.error)
-        commit = self.state.commit_notice()
+        commit = self._state.commit_notice()
         fut.add_done_callback(self._on_batch_done)
         msg = Msg(
             self, "journal", summary, fut, frame=frame, first=first_txid, last=last_txid, epoch=h.epoch,
             segment=h.segment_txid, gen=self._gen, commit=commit[1] if commit else None, seq=self.sent,
         )  # fmt: skip
         if route is Route.HOLD:
-            self.state.hold(Held(frame, last_txid, msg, commit))
+            self._state.hold(Held(frame, last_txid, msg, commit))
         self.queue.append(msg)
         return fut
 
@@ -303,13 +277,13 @@ class SimLogger:
     def _on_batch_done(self, fut: Future[int]) -> None:
         if fut.cancelled() or fut.exception() is not None:
             return
-        self.state.acked(fut.result())
+        self._state.acked(fut.result())
 
     def link_failed(self, gen: int, e: BaseException) -> None:
         """A batch of link ``gen`` failed: the link is gone; the node is out of sync if it is current."""
         self._broken.add(gen)
         if gen == self._gen:
-            self.state.lose_sync(e)
+            self._state.lose_sync(e)
 
     def link_broken(self, gen: int) -> bool:
         return gen in self._broken
