@@ -36,7 +36,7 @@ import traceback
 
 from qjm._native.framing_c import decode_header as _decode_header
 from qjm.errors import CorruptFrameError, ResourceExhaustedError
-from qjm.protocol.frame import MAX_PAYLOAD
+from qjm.protocol.frame import MAX_PAYLOAD as _MAX_PAYLOAD
 
 cdef enum:
     MAX_LINKS = 1024
@@ -774,7 +774,7 @@ cdef class Receiver:
     def __cinit__(self):
         self._buf = NULL
 
-    def __init__(self, sock, max_frame=QJM_FRAME_HEADER_SIZE + MAX_PAYLOAD, memory=None):
+    def __init__(self, sock, max_frame=QJM_FRAME_HEADER_SIZE + _MAX_PAYLOAD, memory=None):
         if self._buf != NULL:
             raise RuntimeError("Receiver is already initialised")
         self._sock = sock
