@@ -100,6 +100,10 @@ def _committed_on_disk(qjm: QuorumJournalManager, since: int, max_txns: int) -> 
     from the in-progress segment of such a node that reaches the bound.
     """
     manifests = qjm.get_edit_log_manifest(since, in_progress_ok=True)  # a majority, or QuorumError
+    if any(not x.in_progress and x.start_txid <= since <= x.end_txid for m in manifests.values() for x in m.logs):
+        # The writer finalized the segment holding ``since`` since the caller looked (a roll): its
+        # records are read as a finalized segment, not from an in-progress copy.
+        return 0, None
     states = {n: s for n, s in qjm.get_journal_states().items() if isinstance(s, JournalState)}
     size = qjm.loggers.size
     if len(states) < majority(size):
@@ -121,8 +125,15 @@ def _committed_on_disk(qjm: QuorumJournalManager, since: int, max_txns: int) -> 
         for n, m in manifests.items()
         if n in states and states[n].last_writer_epoch == newest
         for x in m.logs
-        if x.in_progress and x.start_txid <= since <= bound <= x.end_txid
+        # The states were asked after the manifests: a copy listed shorter may hold ``bound`` by now,
+        # and ``_frames_between`` refuses one that does not.
+        if x.in_progress and x.start_txid <= since and states[n].highest_written_txid >= bound
     )
+    if not copies and any(s.last_writer_epoch == newest and 0 < s.open_segment_txid <= since for s in states.values()):
+        # A node lists no copy of the segment it has open (its writer is writing it): the nodes'
+        # open-segment replies answer on the next read, as they do once the roll that sent this
+        # read here has reached every node.
+        return 0, None
     errors: dict[str, BaseException] = {}
     for node, segment in copies:
         try:
