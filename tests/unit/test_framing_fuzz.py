@@ -12,18 +12,14 @@ the robustness of the pure twin alone runs in both modes.
 from __future__ import annotations
 
 import importlib
-import struct
-from collections.abc import Callable
-from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from qjm.errors import CorruptFrameError
 from qjm.protocol.frame import SEGMENT_HEADER_SIZE
+from qjm.testing.twins import Outcome, outcome
 
 py = importlib.import_module("qjm._native.framing_py")
 
@@ -32,24 +28,6 @@ FUZZ = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCh
 
 def compiled() -> ModuleType:
     return importlib.import_module("qjm._native.framing_c")  # an import failure is an error, not a skip
-
-
-@dataclass(frozen=True)
-class Outcome:
-    value: Any = None
-    exc_type: type[BaseException] | None = None
-    reason: str | None = None
-    offset: int | None = None
-    message: str | None = None
-
-
-def outcome(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Outcome:
-    try:
-        return Outcome(value=fn(*args, **kwargs))
-    except CorruptFrameError as e:
-        return Outcome(exc_type=type(e), reason=e.reason, offset=e.offset, message=str(e))
-    except (ValueError, OverflowError, struct.error) as e:  # a bad argument (encode takes struct's errors)
-        return Outcome(exc_type=type(e))
 
 
 @st.composite

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import importlib
 import itertools
-import struct
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -18,9 +15,9 @@ import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qjm.errors import CorruptFrameError
 from qjm.protocol.frame import FRAME_HEADER, FRAME_HEADER_SIZE, SEGMENT_HEADER_SIZE
 from qjm.server.storage import scan_segment_bytes, scan_segment_windows
+from qjm.testing.twins import outcome
 
 py = importlib.import_module("qjm._native.framing_py")
 c = importlib.import_module("qjm._native.framing_c")  # an import failure is an error, not a skip
@@ -38,24 +35,6 @@ def frame_ids(draw: st.DrawFn) -> tuple[int, int, int]:
     seg = draw(txid_st)
     first = draw(st.integers(min_value=seg, max_value=U64))
     return draw(txid_st), seg, first
-
-
-@dataclass(frozen=True)
-class Outcome:
-    value: Any = None
-    exc_type: type[BaseException] | None = None
-    reason: str | None = None
-    offset: int | None = None
-    message: str | None = None
-
-
-def outcome(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Outcome:
-    try:
-        return Outcome(value=fn(*args, **kwargs))
-    except CorruptFrameError as e:
-        return Outcome(exc_type=type(e), reason=e.reason, offset=e.offset, message=str(e))
-    except (ValueError, TypeError, struct.error) as e:
-        return Outcome(exc_type=type(e))
 
 
 @PARITY
