@@ -1,7 +1,7 @@
 """A JournalNode's resource bounds, each pushed past on a real node (real sockets, real disks).
 
 The bounds are set small for these tests (``NodeLimits``); one test lowers RLIMIT_NOFILE in a node
-process instead and runs the probe that used to exhaust its descriptors.
+process instead and probes many journal ids, which must not exhaust its descriptors.
 """
 
 from __future__ import annotations

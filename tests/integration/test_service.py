@@ -72,8 +72,9 @@ def free_port(host: str = "127.0.0.1") -> int:
 def test_a_wildcard_bind_is_never_advertised_and_clients_still_reach_the_data_plane(
     tmp_path: Path, nodes: list[NodeProcess]
 ) -> None:
-    """Bound to 0.0.0.0, a node used to advertise 0.0.0.0:<port>; now it advertises the port alone
-    and the writer dials the host it reached the control plane at."""
+    """Bound to 0.0.0.0, a node advertises its data port alone (never 0.0.0.0:<port>, which a
+    client on another host would dial as itself) and the writer dials the host it reached the
+    control plane at."""
     for i in range(3):
         args = ["--data-dir", str(tmp_path / f"n{i}"), "--bind", "0.0.0.0", "--rpc-port", "0", "--data-port", "0"]
         args += ["--http-port", "0"]  # three nodes on one host: not all on the default 8480
@@ -107,7 +108,7 @@ def test_advertised_addresses_are_what_clients_dial(tmp_path: Path) -> None:
 @pytest.mark.skipif(not HAS_IPV6, reason="this machine has no IPv6 stack")
 @pytest.mark.parametrize("bind", ["::1", "::"])
 def test_ipv6_nodes_and_bracketed_uri(tmp_path: Path, bind: str) -> None:
-    """``--bind ::1`` used to end in a gRPC traceback and ``qjournal://[::1]:port`` was refused."""
+    """Nodes bound to an IPv6 address serve writers and readers that name them as ``[::1]:port``."""
     ns = [JournalNode(str(tmp_path / f"n{i}"), host=bind).start() for i in range(3)]
     try:
         uri = "qjournal://" + ";".join(f"[::1]:{n.rpc_port}" for n in ns) + "/v6"
@@ -313,7 +314,8 @@ def test_a_node_that_stopped_answering_is_reported_unreachable_not_out_of_sync(c
 
 
 def test_the_format_hint_is_safe_to_paste_into_a_shell(icluster: MiniJournalCluster) -> None:
-    """The hint used to read `qjm format qjournal://a;b;c/x`: pasted, the shell ran three commands."""
+    """The hint quotes the URI: unquoted, `qjm format qjournal://a;b;c/x` pasted into a shell runs
+    three commands."""
     uri = icluster.uri_for("unformatted")
     with pytest.raises(qjm.NotFormattedError) as info:
         qjm.open_writer(uri)
