@@ -200,17 +200,23 @@ class _Fail(CallHooks):
             raise NodeUnavailableError(f"{node}: {op} failed on purpose")
 
 
+def writing_segment_1(cluster: MiniJournalCluster) -> ScriptedWriter:
+    """A formatted journal whose epoch-1 writer has txids 1-3 of segment 1 on every node."""
+    with QuorumJournalManager(cluster.uri) as m:
+        m.format()
+    w = ScriptedWriter(cluster.uri)
+    w.recover()
+    w.start(1)
+    w.write(1, 3, wait_all=True)
+    return w
+
+
 def test_a_writer_restarts_a_segment_holding_an_uncommitted_older_frame(cluster: MiniJournalCluster) -> None:
     """Hadoop's testNewerVersionOfSegmentWins2 shape: node 0 alone holds txid 4 of epoch 1 in an
     open segment 4; the epoch-2 writer recovers without node 0 (to txid 3) and starts segment 4 on
     all three. Node 0 moves its stale copy aside and takes the segment, so with node 2 down the
     writer still has a quorum."""
-    with QuorumJournalManager(cluster.uri) as m:
-        m.format()
-    w1 = ScriptedWriter(cluster.uri)
-    w1.recover()
-    w1.start(1)
-    w1.write(1, 3, wait_all=True)
+    w1 = writing_segment_1(cluster)
     w1.finalize(1, 3)
     w1.start(4)
     cluster.kill(1)
@@ -241,12 +247,7 @@ def test_a_writer_restarts_a_segment_holding_an_uncommitted_older_frame(cluster:
 def test_a_writer_cannot_restart_a_segment_holding_its_own_frames(cluster: MiniJournalCluster) -> None:
     """The unsafe variant: frames of the writer's own epoch may be committed, so a repeated start
     of their segment is refused and they stay."""
-    with QuorumJournalManager(cluster.uri) as m:
-        m.format()
-    w = ScriptedWriter(cluster.uri)
-    w.recover()
-    w.start(1)
-    w.write(1, 3, wait_all=True)
+    w = writing_segment_1(cluster)
     with pytest.raises(qjm.QuorumError):
         w.start(1)
     w.close()
