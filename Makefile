@@ -29,7 +29,7 @@ CHECK_SEEDS ?= 0:200
 CHECK_INTEGRATION := tests/integration/test_cli.py tests/integration/test_server_faults.py
 check: lint
 	$(PY) -m mypy
-	QJM_REQUIRE_NATIVE=1 $(PYTEST) -q -x tests/unit $(CHECK_INTEGRATION) --ignore=tests/unit/test_stubs.py
+	QJM_REQUIRE_NATIVE=1 $(PYTEST) -q -x tests/unit $(CHECK_INTEGRATION)
 	$(PY) -m qjm faultsim --local --seeds $(CHECK_SEEDS)
 
 system-deps:
