@@ -73,10 +73,15 @@ typecheck:
 test-native:
 	QJM_REQUIRE_NATIVE=1 $(PYTEST) -q
 
-# The same suite on the pure-Python twins. The Spark tests and the fault search run once, above:
-# the simulator drives the pure protocol code over in-memory storage either way.
+# The unit tests and the data path on real nodes again, on the pure-Python twins: every test that
+# moves frames through framing, segment_io and fanout (write, read, fence, recover, refuse bad
+# input). The rest (CLI, service, metrics, examples, Spark, the fault search) runs once, above:
+# it drives the twins through the same calls, or drives the pure protocol code either way.
+PURE_INTEGRATION := $(addprefix tests/integration/,test_writer.py test_reader.py test_fencing.py \
+	test_recovery_in_sync.py test_server_faults.py test_client_transport.py test_bad_input.py \
+	test_lagging_node.py test_availability.py test_hardening.py test_node_bounds.py)
 test-py:
-	QJM_NO_EXTENSIONS=1 $(PYTEST) -q --ignore=tests/spark --ignore=tests/sim
+	QJM_NO_EXTENSIONS=1 $(PYTEST) -q tests/unit $(PURE_INTEGRATION)
 
 bench:
 	$(PY) -m qjm bench
