@@ -92,6 +92,7 @@ class RemoteEditLog:
     start_txid: int
     end_txid: int
     in_progress: bool = False
+    finalized_at: float = 0.0  # when a finalized segment was finalized (wall clock; 0.0: unknown)
 
 
 @dataclass(frozen=True, slots=True)
