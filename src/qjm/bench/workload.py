@@ -20,6 +20,8 @@ BATCH_BYTES: Final = 64 * 1024  # the Writer's default batch_bytes
 FULL: Final = {"rounds": 3000, "seconds": 4.0, "failovers": 15, "cold_failovers": 9}
 SMOKE: Final = {"rounds": 30, "seconds": 0.3, "failovers": 2, "cold_failovers": 1}
 FAILOVER_WARMUP: Final = 3  # takeovers run before the counted ones (after the throughput phases)
+ROLL_EVERY: Final = 1.0  # seconds between the writer's own rolls in the roll variant (roll_interval)
+ROLL_RECORD: Final = 1024  # record size of the roll variant's pipelined phases
 PURE_SCALE: Final = 0.5  # the pure run is slow: fewer latency rounds (throughput phases are timed anyway)
 
 

@@ -19,7 +19,7 @@ from qjm.client.remote import open_loggers
 from qjm.client.retention import PurgeRequest, check_bound, requested_bound
 from qjm.client.shared import EPOCH_HINTS, EpochHints
 from qjm.config import JournalURI, QJMConfig, parse_uri
-from qjm.errors import EpochError, NodeUnavailableError, NotFormattedError, QJMError, QuorumError
+from qjm.errors import EpochError, NodeUnavailableError, NotFormattedError, PurgeRefusedError, QJMError, QuorumError
 from qjm.protocol.messages import (
     NO_TXID,
     EditLogManifest,
@@ -46,8 +46,9 @@ class PurgeOutcome:
 
 def _log_purge(node: str, min_txid_to_keep: int, fut: Future[None]) -> None:
     e = fut.exception()
-    if e is not None:
-        log.warning("%s: purge below txid %d failed: %s: %s", node, min_txid_to_keep, type(e).__name__, e)
+    if e is not None:  # a refusal says the retention settings ask too much; the rest come and go
+        level = logging.WARNING if isinstance(e, PurgeRefusedError) else logging.INFO
+        log.log(level, "%s: purge below txid %d failed: %s: %s", node, min_txid_to_keep, type(e).__name__, e)
 
 
 class QuorumJournalManager:
