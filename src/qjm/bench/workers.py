@@ -20,10 +20,11 @@ from qjm.bench.workload import (
     FAILOVER_WARMUP,
     LATENCY_RECORD,
     RECORD_SIZES,
-    ROLL_EVERY,
+    ROLL_PAIRS,
     ROLL_RECORD,
     cpu_per_record,
     cpu_seconds,
+    roll_every,
 )
 from qjm.client.reader import open_reader
 from qjm.client.writer import Writer, open_writer
@@ -98,14 +99,15 @@ def worker_qjm(base: str, cfg: dict[str, float]) -> dict[str, Any]:
 def roll_variant(uri: str, w: Writer, cfg: dict[str, float], out: dict[str, Any]) -> Writer:
     """Pipelined 1 KiB throughput with the writer rolling by itself every ``ROLL_EVERY`` seconds
     (less in a smoke run's short phases) against rolls off, in alternating phases (half of
-    ``cfg["seconds"]`` each, twice), each by a writer opened with those settings; returns the
-    writer left open (rolls at the defaults)."""
+    ``cfg["seconds"]`` each, ``ROLL_PAIRS`` of each), each by a writer opened with those settings,
+    so that load that comes and goes weighs on both alike; returns the writer left open (rolls at
+    the defaults)."""
     chunk = [os.urandom(ROLL_RECORD)] * 1000
     done = {"noroll": [0, 0.0], "roll": [0, 0.0]}
     rolls = 0
-    for label in ("noroll", "roll", "noroll", "roll"):
+    for label in ("noroll", "roll") * ROLL_PAIRS:
         w.roll()
-        every = min(ROLL_EVERY, cfg["seconds"] / 8) if label == "roll" else 0.0
+        every = roll_every(cfg) if label == "roll" else 0.0
         w2 = open_writer(uri, roll_bytes=0, roll_interval=every)
         w.abort()
         w = w2
@@ -121,7 +123,7 @@ def roll_variant(uri: str, w: Writer, cfg: dict[str, float], out: dict[str, Any]
     out["tput_noroll"] = done["noroll"][0] / done["noroll"][1]
     out["tput_roll"] = done["roll"][0] / done["roll"][1]
     out["rolls"] = rolls
-    out["roll_every"] = min(ROLL_EVERY, cfg["seconds"] / 8)
+    out["roll_every"] = roll_every(cfg)
     w.roll()
     w2 = open_writer(uri)
     w.abort()

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from qjm.client.loggers import CallHooks, Logger, LoggerSet, WriterLife
-from qjm.client.quorum import BatchCall
+from qjm.client.quorum import BatchCall, QuorumCall
 from qjm.client.recovery import check_no_committed_loss, choose_recovery_source, in_sync_copy
 from qjm.client.remote import open_loggers
 from qjm.client.retention import PurgeRequest, check_bound, requested_bound
@@ -245,10 +245,18 @@ class QuorumJournalManager:
             raise QJMError("not the active writer: call recover_unfinalized_segments() first")
 
     def start_log_segment(self, txid: int) -> None:
-        self._require_active()
-        self.loggers.call(lambda lg: lg.start_log_segment(txid)).wait_for_write_quorum(
+        self.begin_log_segment(txid).wait_for_write_quorum(
             self.config.timeouts.start_segment, f"start_log_segment({txid})"
         )
+
+    def begin_log_segment(self, txid: int) -> QuorumCall[None]:
+        """Send start_log_segment to every node; the caller waits on the call when it needs to.
+
+        Batches of the segment sent meanwhile wait behind the start on each node's channel, so a
+        node sees the start before any frame of the segment either way (design §2.12).
+        """
+        self._require_active()
+        return self.loggers.call(lambda lg: lg.start_log_segment(txid))
 
     def finalize_log_segment(self, start: int, end: int) -> None:
         self._require_active()

@@ -22,7 +22,7 @@ from typing import cast
 from qjm._native import framing
 from qjm.client.loggers import CallHooks
 from qjm.client.manager import QuorumJournalManager
-from qjm.client.quorum import BatchCall
+from qjm.client.quorum import BatchCall, QuorumCall
 from qjm.client.retention import PurgeRequest, purge_limit, requested_bound
 from qjm.client.writer_stats import AckTimer, WriterStats, probe_for
 from qjm.config import QJMConfig, config_from
@@ -88,6 +88,7 @@ class Writer:
         self._timer_idle = False  # the batch timer sleeps until notified (else it looks every batch_delay)
         self._acks = AckTimer([probe_for(lg) for lg in qjm.loggers.loggers])
         self._batches_sent = self._txns_sent = self._bytes_sent = 0
+        self._starting: QuorumCall[None] | None = None  # a roll's start of the segment, not yet awaited
         self._segment_bytes = 0  # frame bytes sent in the current segment
         self._segment_first_at = 0.0  # monotonic time its first batch was sent
         self._purged_below = 0  # the highest bound this writer's retention sent
@@ -192,10 +193,14 @@ class Writer:
         return target
 
     def roll(self) -> int:
-        """Finalize the current segment and start the next; returns the new segment's first txid."""
+        """Finalize the current segment and start the next; returns the new segment's first txid.
+
+        Returns once a quorum started the next segment (the writer's own rolls do not wait for it).
+        """
         with self._lock:
             self._check()
             self._roll()
+            self._check_started()
             return self._segment
 
     def close(self) -> None:
@@ -253,6 +258,9 @@ class Writer:
             self.qjm.start_log_segment(txid)
         except QuorumError as e:
             raise self._fail(_as_fenced(e)) from None
+        self._new_segment(txid)
+
+    def _new_segment(self, txid: int) -> None:
         self._segment = txid
         self._segment_bytes = 0
         self._segment_first_at = 0.0
@@ -261,7 +269,9 @@ class Writer:
         """Finalize the segment at the last txid appended, start the next, apply retention (lock held).
 
         The finalize names only committed txids (design §2.12): every batch of the segment is
-        flushed and waited for first. The pipeline refills as soon as the next segment starts.
+        flushed and waited for first. The next segment's start is not waited for: its batches queue
+        behind it on each node, and the first to commit shows a quorum started it
+        (``_check_started``), so the pipeline refills one round trip sooner.
         """
         self._flush()
         self._wait_until(self._next_txid - 1)
@@ -269,11 +279,23 @@ class Writer:
             return
         try:
             self.qjm.finalize_log_segment(self._segment, self._next_txid - 1)
+            self._starting = self.qjm.begin_log_segment(self._next_txid)
         except QuorumError as e:
             raise self._fail(_as_fenced(e)) from None
-        self._start_segment(self._next_txid)
+        self._new_segment(self._next_txid)
         self.rolls += 1
         self._apply_retention()
+
+    def _check_started(self) -> None:
+        """Wait for the pending start of the segment, if any; its failure is the writer's (lock held)."""
+        starting, self._starting = self._starting, None
+        if starting is not None:
+            try:
+                starting.wait_for_write_quorum(
+                    self.config.timeouts.start_segment, f"start_log_segment({self._segment})"
+                )
+            except QuorumError as e:
+                raise self._fail(_as_fenced(e)) from None
 
     def _roll_due(self, now: float) -> bool:
         """The segment is full (``roll_bytes``) or its first batch is ``roll_interval`` old."""
@@ -350,7 +372,10 @@ class Writer:
         try:
             b.call.wait_for_write_quorum(self.config.timeouts.write_txns, f"journal({b.first}-{b.last})")
         except QuorumError as e:
+            self._check_started()  # a start that failed explains the batch's failure best
             raise self._fail(_as_fenced(e)) from None
+        if self._starting is not None and b.first >= self._segment:
+            self._starting = None  # the batch's quorum started the segment
         self._inflight.popleft()
         now = time.monotonic()
         self._commit_seconds.observe(now - b.sent_at)
@@ -364,6 +389,7 @@ class Writer:
             while self._inflight and self._inflight[0].first <= target:
                 self._reap_oldest()
             self._check()
+            self._check_started()  # a sync or roll in a segment no batch has committed in yet
 
     def _flush_by_time(self) -> None:
         """Close a batch ``batch_delay`` after its first record, if nothing else closed it first.
