@@ -17,9 +17,10 @@ import urllib.request
 import pytest
 
 import qjm
+from qjm.client.loggers import CallHooks
 from qjm.client.manager import QuorumJournalManager
 from qjm.client.retention import PurgeRequest
-from qjm.errors import PurgeRefusedError
+from qjm.errors import NodeUnavailableError, PurgeRefusedError
 from qjm.testing.minicluster import MiniJournalCluster
 from qjm.testing.util import SETTLE_TIMEOUT, eventually, read_all, txn_data
 
@@ -97,6 +98,33 @@ def test_rolls_by_age_under_load_keep_every_record_in_order(icluster: MiniJourna
     assert len(finalized(icluster, 0)) >= 5
     got = read_all(icluster.uri)
     assert got == [(i, txn_data(i)) for i in range(1, t + 1)]
+
+
+class FailStarts(CallHooks):
+    """Once armed, fails start_log_segment to the named nodes before it is sent."""
+
+    def __init__(self, nodes: set[str]) -> None:
+        self.nodes = nodes
+        self.armed = False
+
+    def before(self, node: str, op: str) -> None:
+        if self.armed and op == "start_log_segment" and node in self.nodes:
+            raise NodeUnavailableError(f"{node}: start failed on purpose")
+
+
+def test_a_start_no_quorum_took_fails_the_writer_after_its_own_roll(icluster: MiniJournalCluster) -> None:
+    """The writer's own roll does not wait for the next segment's start; a start that fails on a
+    majority fails the next sync, and what was committed before the roll stays."""
+    hooks = FailStarts({icluster.name(0), icluster.name(1)})
+    w = qjm.open_writer(icluster.uri, create=True, hooks=hooks, roll_bytes=1, roll_interval=0)
+    hooks.armed = True
+    w.append(b"before")  # the batch fills the segment: the writer rolls after it
+    with pytest.raises(qjm.QuorumError):
+        w.sync()
+        w.append(b"after")
+        w.sync()
+    w.abort()
+    assert read_all(icluster.uri) == [(1, b"before")]
 
 
 def test_roll_settings_refuse_bad_values() -> None:

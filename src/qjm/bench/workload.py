@@ -46,7 +46,7 @@ def disk_bytes_per_record(size: int) -> float:
 def roll_every(cfg: dict[str, float]) -> float:
     """The roll variant's roll_interval: ``ROLL_EVERY``, or less when a phase is too short for
     a few rolls (a smoke run)."""
-    return min(ROLL_EVERY, cfg["seconds"] / 8)
+    return min(ROLL_EVERY, cfg["seconds"] / 4)
 
 
 def cpu_seconds(pids: list[int]) -> tuple[float, float]:

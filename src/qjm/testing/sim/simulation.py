@@ -119,8 +119,8 @@ class Simulation:
         self.stats: dict[str, int] = {
             "steps": 0, "deliveries": 0, "fail_before": 0, "reply_lost": 0, "node_crashes": 0, "crash_inside": 0,
             "writer_kills": 0, "writer_crash_send": 0, "fetch_fail": 0, "writers": 0, "acked_txids": 0,
-            "recoveries": 0, "fenced": 0, "group_commits": 0, "partitions": 0, "node_alarms": 0, "purges": 0,
-            "shape_common": 0, "shape_partial": 0, "shape_unequal": 0, "shape_accepted": 0,
+            "recoveries": 0, "fenced": 0, "group_commits": 0, "partitions": 0, "node_alarms": 0,
+            "purges": 0, "auto_rolls": 0, "shape_common": 0, "shape_partial": 0, "shape_unequal": 0, "shape_accepted": 0,
         }  # fmt: skip
         self._setup_rates(rates)
         self._plans: list[WriterPlan] = []
@@ -617,6 +617,7 @@ class Simulation:
                     self._reap(task)
                 if self._roll_due(task):
                     task.phase = "auto roll"
+                    self.stats["auto_rolls"] += 1
                     self._roll(task)
             elif op == "sync":
                 self._sync(task)
