@@ -120,7 +120,8 @@ class Simulation:
             "steps": 0, "deliveries": 0, "fail_before": 0, "reply_lost": 0, "node_crashes": 0, "crash_inside": 0,
             "writer_kills": 0, "writer_crash_send": 0, "fetch_fail": 0, "writers": 0, "acked_txids": 0,
             "recoveries": 0, "fenced": 0, "group_commits": 0, "partitions": 0, "node_alarms": 0,
-            "purges": 0, "auto_rolls": 0, "shape_common": 0, "shape_partial": 0, "shape_unequal": 0, "shape_accepted": 0,
+            "purges": 0, "auto_rolls": 0,
+            "shape_common": 0, "shape_partial": 0, "shape_unequal": 0, "shape_accepted": 0,
         }  # fmt: skip
         self._setup_rates(rates)
         self._plans: list[WriterPlan] = []
