@@ -21,6 +21,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
@@ -28,6 +29,7 @@ from qjm._native import framing
 from qjm._version import __version__
 from qjm.client.manager import QuorumJournalManager
 from qjm.client.reader import open_reader
+from qjm.client.retention import PurgeRequest, parse_age
 from qjm.config import URI_SYNTAX, QJMConfig
 from qjm.errors import ConfigError, NodeUnavailableError, QJMError, StorageError
 from qjm.logs import FORMATS, LEVELS, configure_logging
@@ -120,10 +122,11 @@ def _check_data_dir(path: str) -> None:
         raise StorageError(f"cannot use data directory {path}: {e.strerror or e}") from None
 
 
-def _client(a: argparse.Namespace) -> tuple[str, QJMConfig]:
-    """The URI and client settings of a command: its URI argument over QJM_URI, --config and --hadoop-conf."""
+def _client(a: argparse.Namespace, **flags: object) -> tuple[str, QJMConfig]:
+    """The URI and client settings of a command: its URI argument (and client ``flags`` it has) over
+    QJM_URI and QJM_* variables, --config and --hadoop-conf."""
     st = client_settings(
-        gather("client", flags={"uri": a.uri}, config_path=a.config, hadoop_conf=a.hadoop_conf, env=os.environ)
+        gather("client", flags={"uri": a.uri, **flags}, config_path=a.config, hadoop_conf=a.hadoop_conf, env=os.environ)
     )
     if st.uri is None:
         raise ConfigError(
@@ -160,6 +163,43 @@ def _status(a: argparse.Namespace) -> int:
     if report.state == "not-formatted":
         print(f"run: qjm format {shlex.quote(uri)}")
     return report.exit_code
+
+
+def _purge_request(a: argparse.Namespace) -> PurgeRequest:
+    """The one criterion of ``qjm purge``, checked (ConfigError names what is wrong)."""
+    given = [(flag, v) for flag, v in (("--before-txid", a.before_txid), ("--keep-txids", a.keep_txids),
+                                       ("--older-than", a.older_than)) if v is not None]  # fmt: skip
+    if len(given) != 1:
+        raise ConfigError("give exactly one of --before-txid N, --keep-txids N, --older-than AGE (e.g. 7d)")
+    flag, text = given[0]
+    if flag == "--older-than":
+        return PurgeRequest(older_than=parse_age(text))
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ConfigError(f"{flag} {text!r}: expected a positive integer")
+    return PurgeRequest(before_txid=n) if flag == "--before-txid" else PurgeRequest(keep_txids=n)
+
+
+def _purge(a: argparse.Namespace) -> int:
+    try:
+        request = _purge_request(a)
+        uri, config = _client(a, min_retained_txids=a.min_retained_txids)
+    except ConfigError as e:
+        print(f"qjm purge: {e}", file=sys.stderr)
+        return 2
+    with QuorumJournalManager(uri, config=config) as m:
+        out = m.admin_purge(request, min_retained_txids=config.min_retained_txids, now=time.time())
+    if not out.segments:
+        print(f"nothing to purge: no finalized segment ends before txid {out.min_txid_to_keep}")
+        return 0
+    names = ", ".join(f"{s}-{e}" for s, e in out.segments)
+    print(f"purged below txid {out.min_txid_to_keep} (segments {names}) on {', '.join(out.purged) or 'no node'}")
+    for node, err in sorted(out.failed.items()):
+        print(f"qjm purge: {node}: {type(err).__name__}: {err}", file=sys.stderr)
+    return 1 if out.failed else 0
 
 
 def _tail(a: argparse.Namespace) -> int:
@@ -280,6 +320,28 @@ def register(add: AddCommand) -> None:
     s.add_argument("-f", "--follow", action="store_true", help="keep printing new records as they commit")
     s.add_argument("--hex", action="store_true", help="print records as hex instead of UTF-8 text")
     s.set_defaults(fn=_tail)
+
+    s = add(
+        "purge", help="remove old finalized segments from every node (retention)",
+        description="Remove the finalized segments wholly before a txid from every node, beside a running "
+        "writer (it is not fenced). Refused, with nothing removed, when the purge would reach the open "
+        "segment or the newest min_retained_txids committed txids (the retention floor). Exit code: 0 done "
+        "(or nothing to purge), 1 refused or failed on some node, 2 bad arguments.",
+    )  # fmt: skip
+    _add_uri_arg(s)
+    s.add_argument("--before-txid", metavar="N", default=None, help="purge segments that end before txid N")
+    s.add_argument("--keep-txids", metavar="N", default=None, help="keep the newest N committed txids")
+    s.add_argument(
+        "--older-than",
+        metavar="AGE",
+        default=None,
+        help="purge segments finalized over AGE ago (90s, 30m, 12h, 7d)",
+    )
+    s.add_argument(
+        "--min-retained-txids", metavar="N", default=None,
+        help="the retention floor: committed txids always kept (default: setting min_retained_txids, 1000000)",
+    )  # fmt: skip
+    s.set_defaults(fn=_purge)
 
     s = add("dump", help="show the frames of a segment file")
     s.add_argument("file", help="a segment file (edits_* in a journal directory)")

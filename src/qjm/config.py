@@ -113,6 +113,18 @@ class QJMConfig:
     # A node queued_edits_limit_bytes behind is waited for while it keeps acknowledging; one that
     # acknowledges nothing for this long is dropped until the next segment (0: Hadoop, drop at once).
     lag_wait: float = 0.5
+    # The writer finalizes its segment and starts the next once the segment holds roll_bytes of
+    # frames or is roll_interval seconds old (0 turns either off; docs/configuration.md says why
+    # these values).
+    roll_bytes: int = 128 * 1024 * 1024
+    roll_interval: float = 120.0
+    # Retention the writer applies after each roll (0: off): keep at least the newest retain_txids
+    # txids; keep segments finalized less than retain_age seconds ago. Never below the floor:
+    # purges (the writer's and ``qjm purge``) keep the newest min_retained_txids committed txids
+    # (Hadoop's dfs.namenode.num.extra.edits.retained) and the newest segment.
+    retain_txids: int = 0
+    retain_age: float = 0.0
+    min_retained_txids: int = 1_000_000
     namespace_id: int = 0x514A4D  # "QJM"
     cluster_id: str = "qjm"
 
@@ -126,6 +138,15 @@ class QJMConfig:
             raise ConfigError("queued_edits_limit_bytes must be >= 0")
         if self.in_sync_wait < 0 or self.lag_wait < 0:
             raise ConfigError("in_sync_wait and lag_wait must be >= 0")
+        if min(self.roll_bytes, self.roll_interval, self.retain_txids, self.retain_age, self.min_retained_txids) < 0:
+            raise ConfigError(
+                "roll_bytes, roll_interval, retain_txids, retain_age and min_retained_txids must be >= 0 (0: off)"
+            )
+        if 0 < self.retain_txids < self.min_retained_txids:
+            raise ConfigError(
+                f"retain_txids {self.retain_txids} is below min_retained_txids {self.min_retained_txids}: "
+                "the writer would purge txids the floor keeps for readers; raise retain_txids or lower the floor"
+            )
         for name in Timeouts.__dataclass_fields__:
             if getattr(self.timeouts, name) <= 0:
                 raise ConfigError(f"timeout {name} must be > 0")

@@ -120,6 +120,13 @@ class InvariantViolation(QJMError, AssertionError):
     code = "INVARIANT"
 
 
+class PurgeRefusedError(QJMError):
+    """A purge would remove the open (newest) segment, or txids the retention floor
+    (``min_retained_txids``) keeps for readers: nothing was removed."""
+
+    code = "PURGE_REFUSED"
+
+
 class StorageError(QJMError, OSError):
     """The node's disk refused (full, read-only, locked by another node)."""
 

@@ -38,6 +38,8 @@ def test_ten_thousand_random_seeds_hold_every_invariant() -> None:
     for shape in ("common", "partial", "unequal", "accepted"):
         assert st[f"shape_{shape}"] > SEEDS // 100, shape
     assert st["node_alarms"] == 0  # an alarm fails its seed: none may be left unreported
+    # the writers roll by themselves and purge (design §2.12)
+    assert st["auto_rolls"] > SEEDS // 10 and st["purges"] > SEEDS // 10
 
 
 def test_a_seed_replays_to_the_same_trace() -> None:

@@ -28,7 +28,11 @@ BOUNDS: dict[str, tuple[int, str | None]] = {
     "pick_shortest_log": (1_000, "race"),  # first hit: seed 70 [36]
     "skip_accept_on_quorum_copy": (1_000, None),  # first hit: seed 30 [25]
     "finalize_any_same_length_copy": (500, None),  # first hit: seed 6 [117]
+    "purge_ignores_open_segment": (1_000, None),  # first hit: seed 143 [20 in the first 1,000]
+    "purge_ignores_retention_floor": (100, None),  # first hit: seed 2 [225 in the first 1,000]
 }
+# The purge switches: the random search's writers roll by size and age and purge after each roll
+# and sync (RANDOM_WORKLOAD); the exhaustive worlds run fixed plans without purges.
 # finalize_any_same_length_copy: the same-length world, searched completely, does not show it
 # with the simulator's per-node client state (NodeState, as on the real path); the shapes profile
 # does, and the world stays among the worlds searched clean for the correct protocol.

@@ -22,6 +22,7 @@ from qjm.errors import (
     NotFoundError,
     OutOfOrderError,
     OutOfSyncError,
+    PurgeRefusedError,
     QJMError,
     SegmentStateError,
     StorageError,
@@ -484,8 +485,41 @@ def test_purge_logs(env: Env) -> None:
     assert finalized_name(4, 6) in names
     assert inprogress_name(7) in names  # the open segment is never touched
     assert j.journal([frame(9, 1, epoch=1, seg=7)]) == 9
-    j.purge_logs(w.req(), 100)
+    before = env.names(j.storage)
+    with pytest.raises(PurgeRefusedError):  # past the open segment's first txid: refused whole
+        j.purge_logs(w.req(), 100)
+    assert env.names(j.storage) == before
+    j.purge_logs(w.req(), 7)
     assert env.names(j.storage) == [inprogress_name(7)]
+    assert j.stats.purged_segments == 2 and j.stats.purged_bytes > 2 * SEGMENT_HEADER_SIZE
+    assert j.status()["purged_segments"] == 2
+
+
+def test_a_restarted_node_refuses_a_purge_into_its_newest_segment(env: Env) -> None:
+    """No segment open here, but the newest in-progress one may hold committed txids: refused."""
+    j = env.journal()
+    writing(j, epoch=1, seg=10, upto=12)
+    j = env.restart(j)
+    j.new_epoch(NS, 2)
+    with pytest.raises(PurgeRefusedError):
+        j.purge_logs(Writer(2).req(), 11)
+    assert env.names(j.storage) == [inprogress_name(10)]
+
+
+def test_an_admin_purge_needs_the_promised_epoch_and_takes_no_serial(env: Env) -> None:
+    j = env.journal()
+    w = writing(j, epoch=2, upto=3)
+    j.finalize_log_segment(w.req(), 1, 3)
+    j.start_log_segment(w.req(), 4)
+    for stale_or_new in (1, 3):
+        with pytest.raises(FencedError):
+            j.purge_logs(RequestInfo(JID, stale_or_new, 0, NO_TXID), 4, admin=True)
+    assert finalized_name(1, 3) in env.names(j.storage)
+    j.purge_logs(RequestInfo(JID, 2, 0, NO_TXID), 4, admin=True)
+    assert env.names(j.storage) == [inprogress_name(4)]
+    assert j.get_journal_state().last_promised_epoch == 2
+    j.journal([frame(4, 1, epoch=2, seg=4)])
+    j.finalize_log_segment(w.req(), 4, 4)  # the writer's serials go on as if nothing happened
 
 
 def test_purge_keeps_the_newest_in_progress_segment(env: Env) -> None:

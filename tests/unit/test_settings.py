@@ -9,7 +9,7 @@ import pytest
 from qjm.addresses import advertised, is_wildcard, join_host_port, reachable_at, split_host_port
 from qjm.config import parse_uri
 from qjm.errors import ConfigError
-from qjm.settings import client_settings, gather, node_settings
+from qjm.settings import client_settings, gather, load_client_settings, node_settings
 from qjm.status import node_health
 
 
@@ -163,3 +163,10 @@ def _node(state: str, written: int = 10, committed: int = 10, writer: int = 1) -
 def test_status_verdicts(answers: list[dict[str, object]], state: str, code: int) -> None:
     h = node_health(answers)
     assert (h.state, h.exit_code) == (state, code)
+
+
+def test_roll_and_retention_settings_come_from_the_environment() -> None:
+    st = load_client_settings(env={"QJM_ROLL_INTERVAL": "30", "QJM_ROLL_BYTES": "0", "QJM_MIN_RETAINED_TXIDS": "5"})
+    assert (st.config.roll_interval, st.config.roll_bytes, st.config.min_retained_txids) == (30.0, 0, 5)
+    with pytest.raises(ConfigError, match="QJM_ROLL_BYTES"):
+        load_client_settings(env={"QJM_ROLL_BYTES": "-1"})

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Final
 
 SYNC_P50_OVER_FLOOR: Final = 1.25  # qjm native sync p50 <= this x the disk's floor
+ROLL_OVER_NO_ROLL: Final = 0.9  # pipelined throughput with the writer rolling every second >= this x without
 NATIVE_OVER_PURE: Final = 10.0  # qjm native throughput >= this x qjm pure
 LATENCY_OVER_PEER: Final = 0.4  # qjm native sync p50 <= this x the best durable peer's
 THROUGHPUT_OVER_PEER: Final = 50.0  # qjm native 1 KiB records/s >= this x the best durable peer's

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from qjm.bench import goals
-from qjm.bench.workload import RECORD_SIZES, disk_bytes_per_record, pct
+from qjm.bench.workload import RECORD_SIZES, ROLL_RECORD, disk_bytes_per_record, pct
 
 
 def summarise(raw: dict[str, Any]) -> dict[str, Any]:
@@ -28,6 +28,12 @@ def summarise(raw: dict[str, Any]) -> dict[str, Any]:
         s[f"tput{size}_in_sync"] = raw.get(f"tput{size}_in_sync", 3)
         for k, v in raw.get(f"tput{size}_cpu", {}).items():
             s[f"tput{size}_{k}"] = v
+    if "tput_roll" in raw:  # qjm only: the writer's own rolls against none (qjm.bench.workers.roll_variant)
+        s["tput_roll_rps"] = raw["tput_roll"]
+        s["tput_noroll_rps"] = raw["tput_noroll"]
+        s["pipelined_roll_ratio"] = _ratio(raw["tput_roll"], raw["tput_noroll"])
+        s["rolls"] = raw["rolls"]
+        s["roll_every_s"] = raw["roll_every"]
     for ceiling in ("ceiling", "raw_ceiling"):  # preallocated segments; O_DIRECT writes extending the file
         if f"{ceiling}_bps" in raw:
             bps = raw[f"{ceiling}_bps"]
@@ -92,6 +98,10 @@ def table(result: dict[str, Any]) -> str:
     if "ceiling_mbps" in f:
         lines.append("")
         lines.append(ceiling_note(result["summary"]))
+    for who, v in (("native", n), ("pure", p)):
+        if "pipelined_roll_ratio" in v:
+            lines.append("")
+            lines.append(roll_note(who, v))
     m = result["machine"]
     lines.append("")
     lines.append(
@@ -100,6 +110,17 @@ def table(result: dict[str, Any]) -> str:
         f"{m['loadavg_after'][0]:.1f} after; capabilities {m['capabilities']}; commit {m['commit'] or '?'}"
     )
     return "\n".join(lines)
+
+
+def roll_note(who: str, v: dict[str, Any]) -> str:
+    """The cost of the writer's own rolls: pipelined throughput with them against without."""
+    ratio = v["pipelined_roll_ratio"]
+    verdict = "met" if ratio >= goals.ROLL_OVER_NO_ROLL else "missed"
+    return (
+        f"automatic roll, qjm {who}: pipelined {ROLL_RECORD} B records/s rolling every {v['roll_every_s']:g} s "
+        f"({v['rolls']} rolls) {_fmt(v['tput_roll_rps'])} against {_fmt(v['tput_noroll_rps'])} with rolls off, "
+        f"in alternating phases: pipelined_roll_ratio {ratio:.2f} (goal >= {goals.ROLL_OVER_NO_ROLL}: {verdict})"
+    )
 
 
 def c_floor_note(c: dict[str, Any], native: dict[str, Any]) -> str:

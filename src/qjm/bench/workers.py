@@ -16,9 +16,18 @@ import sys
 import time
 from typing import Any
 
-from qjm.bench.workload import FAILOVER_WARMUP, LATENCY_RECORD, RECORD_SIZES, cpu_per_record, cpu_seconds
+from qjm.bench.workload import (
+    FAILOVER_WARMUP,
+    LATENCY_RECORD,
+    RECORD_SIZES,
+    ROLL_PAIRS,
+    ROLL_RECORD,
+    cpu_per_record,
+    cpu_seconds,
+    roll_every,
+)
 from qjm.client.reader import open_reader
-from qjm.client.writer import open_writer
+from qjm.client.writer import Writer, open_writer
 from qjm.testing.minicluster import MiniJournalCluster
 
 PEER_TIMEOUT = {True: 240.0, False: 900.0}  # seconds for one peer worker (smoke, full): start + both workloads
@@ -56,6 +65,7 @@ def worker_qjm(base: str, cfg: dict[str, float]) -> dict[str, Any]:
             # A node more than queued_edits_limit_bytes behind is dropped until the next segment
             # (Hadoop's rule): then the figure is for two replicas, and the table says so.
             out[f"tput{size}_in_sync"] = sum(not lg.out_of_sync for lg in w.qjm.loggers.loggers)
+        w = roll_variant(c.uri, w, cfg, out)
         w.roll()  # recover a small open segment, not the throughput phases' hundreds of MB
         os.sync()  # failover on a settled disk, not behind the writeback of the throughput phases
         fo = []
@@ -84,6 +94,40 @@ def worker_qjm(base: str, cfg: dict[str, float]) -> dict[str, Any]:
             out[key] = took
         w.close()
     return out
+
+
+def roll_variant(uri: str, w: Writer, cfg: dict[str, float], out: dict[str, Any]) -> Writer:
+    """Pipelined 1 KiB throughput with the writer rolling by itself every ``ROLL_EVERY`` seconds
+    (less in a smoke run's short phases) against rolls off, in alternating phases (half of
+    ``cfg["seconds"]`` each, ``ROLL_PAIRS`` of each), each by a writer opened with those settings,
+    so that load that comes and goes weighs on both alike; returns the writer left open (rolls at
+    the defaults)."""
+    chunk = [os.urandom(ROLL_RECORD)] * 1000
+    done = {"noroll": [0, 0.0], "roll": [0, 0.0]}
+    rolls = 0
+    for label in ("noroll", "roll") * ROLL_PAIRS:
+        w.roll()
+        every = roll_every(cfg) if label == "roll" else 0.0
+        w2 = open_writer(uri, roll_bytes=0, roll_interval=every)
+        w.abort()
+        w = w2
+        t0 = time.perf_counter()
+        n = 0
+        while time.perf_counter() - t0 < cfg["seconds"] / 2:
+            w.append_many(chunk)
+            n += len(chunk)
+        w.sync()
+        done[label][0] += n
+        done[label][1] += time.perf_counter() - t0
+        rolls += w.rolls
+    out["tput_noroll"] = done["noroll"][0] / done["noroll"][1]
+    out["tput_roll"] = done["roll"][0] / done["roll"][1]
+    out["rolls"] = rolls
+    out["roll_every"] = roll_every(cfg)
+    w.roll()
+    w2 = open_writer(uri)
+    w.abort()
+    return w2
 
 
 def process_failover(uri: str, follow_from: int) -> float:

@@ -20,6 +20,9 @@ BATCH_BYTES: Final = 64 * 1024  # the Writer's default batch_bytes
 FULL: Final = {"rounds": 3000, "seconds": 4.0, "failovers": 15, "cold_failovers": 9}
 SMOKE: Final = {"rounds": 30, "seconds": 0.3, "failovers": 2, "cold_failovers": 1}
 FAILOVER_WARMUP: Final = 3  # takeovers run before the counted ones (after the throughput phases)
+ROLL_EVERY: Final = 1.0  # seconds between the writer's own rolls in the roll variant (roll_interval)
+ROLL_RECORD: Final = 1024  # record size of the roll variant's pipelined phases
+ROLL_PAIRS: Final = 3  # alternations of a phase without rolls and one with
 PURE_SCALE: Final = 0.5  # the pure run is slow: fewer latency rounds (throughput phases are timed anyway)
 
 
@@ -38,6 +41,12 @@ def disk_bytes_per_record(size: int) -> float:
     """What one record of ``size`` bytes costs in a segment: its length prefix and its share of the
     frame header of the Writer's batches."""
     return size + RECORD_PREFIX_SIZE + FRAME_HEADER_SIZE / records_per_batch(size)
+
+
+def roll_every(cfg: dict[str, float]) -> float:
+    """The roll variant's roll_interval: ``ROLL_EVERY``, or less when a phase is too short for
+    a few rolls (a smoke run)."""
+    return min(ROLL_EVERY, cfg["seconds"] / 4)
 
 
 def cpu_seconds(pids: list[int]) -> tuple[float, float]:

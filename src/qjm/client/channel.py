@@ -39,12 +39,14 @@ from qjm.errors import NodeUnavailableError, QJMError, WriterCrashedError
 from qjm.protocol import convert
 from qjm.protocol import qjournal_pb2 as pb
 from qjm.protocol.messages import (
+    NO_TXID,
     EditLogManifest,
     JournaledEdits,
     JournalState,
     NamespaceInfo,
     NewEpochResponse,
     PrepareRecoveryResponse,
+    RequestInfo,
     SegmentState,
 )
 from qjm.protocol.rpcmeta import CLIENT_GRPC_OPTIONS, ERROR_CODE_KEY, rpc_code
@@ -371,6 +373,19 @@ class RemoteLogger(NodeStateView[Ticket]):
             )
 
         return self._call("purge_logs", go)
+
+    def admin_purge_logs(self, epoch: int, min_txid_to_keep: int) -> Future[None]:
+        t = self.config.timeouts.operations
+        req = pb.PurgeLogsRequest(
+            req=convert.req_to_pb(RequestInfo(self.journal_id, epoch, 0, NO_TXID)),
+            min_txid_to_keep=min_txid_to_keep,
+            admin=True,
+        )
+
+        def go() -> None:
+            self._rpc("purge_logs", self._stub.PurgeLogs, lambda: req, t)
+
+        return self._call("purge_logs", go, writer=False)
 
     def prepare_recovery(self, segment: int) -> Future[PrepareRecoveryResponse]:
         t = self.config.timeouts.prepare_recovery

@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from functools import partial
 
 from qjm.client.loggers import CallHooks, Logger, LoggerSet, WriterLife
-from qjm.client.quorum import BatchCall
+from qjm.client.quorum import BatchCall, QuorumCall
 from qjm.client.recovery import check_no_committed_loss, choose_recovery_source, in_sync_copy
 from qjm.client.remote import open_loggers
+from qjm.client.retention import PurgeRequest, check_bound, requested_bound
 from qjm.client.shared import EPOCH_HINTS, EpochHints
 from qjm.config import JournalURI, QJMConfig, parse_uri
-from qjm.errors import EpochError, NotFormattedError, QJMError, QuorumError
+from qjm.errors import EpochError, NodeUnavailableError, NotFormattedError, PurgeRefusedError, QJMError, QuorumError
 from qjm.protocol.messages import (
     NO_TXID,
     EditLogManifest,
@@ -27,6 +31,24 @@ from qjm.protocol.messages import (
 )
 
 log = logging.getLogger("qjm.manager")
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeOutcome:
+    """What an admin purge did: its bound, the finalized segments below it that the nodes listed,
+    the nodes that purged and those that failed (each with its error)."""
+
+    min_txid_to_keep: int
+    segments: tuple[tuple[int, int], ...]
+    purged: tuple[str, ...]
+    failed: dict[str, BaseException]
+
+
+def _log_purge(node: str, min_txid_to_keep: int, fut: Future[None]) -> None:
+    e = fut.exception()
+    if e is not None:  # a refusal says the retention settings ask too much; the rest come and go
+        level = logging.WARNING if isinstance(e, PurgeRefusedError) else logging.INFO
+        log.log(level, "%s: purge below txid %d failed: %s: %s", node, min_txid_to_keep, type(e).__name__, e)
 
 
 class QuorumJournalManager:
@@ -223,10 +245,18 @@ class QuorumJournalManager:
             raise QJMError("not the active writer: call recover_unfinalized_segments() first")
 
     def start_log_segment(self, txid: int) -> None:
-        self._require_active()
-        self.loggers.call(lambda lg: lg.start_log_segment(txid)).wait_for_write_quorum(
+        self.begin_log_segment(txid).wait_for_write_quorum(
             self.config.timeouts.start_segment, f"start_log_segment({txid})"
         )
+
+    def begin_log_segment(self, txid: int) -> QuorumCall[None]:
+        """Send start_log_segment to every node; the caller waits on the call when it needs to.
+
+        Batches of the segment sent meanwhile wait behind the start on each node's channel, so a
+        node sees the start before any frame of the segment either way (design §2.12).
+        """
+        self._require_active()
+        return self.loggers.call(lambda lg: lg.start_log_segment(txid))
 
     def finalize_log_segment(self, start: int, end: int) -> None:
         self._require_active()
@@ -238,7 +268,52 @@ class QuorumJournalManager:
         """Fire and forget, as in Hadoop: a node that misses it purges at a later call."""
         self._require_active()
         for lg in self.loggers.loggers:
-            lg.purge_logs(min_txid_to_keep)
+            lg.purge_logs(min_txid_to_keep).add_done_callback(partial(_log_purge, lg.name, min_txid_to_keep))
+
+    def admin_purge(self, request: PurgeRequest, *, min_retained_txids: int, now: float) -> PurgeOutcome:
+        """An operator's purge beside the writer (design §2.12): plan it from a quorum's view, then
+        ask every node to purge in the epoch it promised, without fencing the writer.
+
+        Refused whole (``PurgeRefusedError``, nothing sent) when the request reaches the newest
+        segment or the retention floor.
+        """
+        answers = self.get_journal_states()
+        states = {n: s for n, s in answers.items() if isinstance(s, JournalState)}
+        if len(states) < self.loggers.majority:
+            raise QuorumError(f"admin purge: only {len(states)} node(s) answered, {self.loggers.majority} needed")
+        manifests = self.get_edit_log_manifest(0, in_progress_ok=True)
+        logs = [x for m in manifests.values() for x in m.logs]
+        committed = max(
+            [m.committed_txid for m in manifests.values()] + [s.committed_txid for s in states.values()] + [0]
+        )
+        newest = max([x.start_txid for x in logs] + [s.open_segment_txid for s in states.values()] + [0])
+        bound = check_bound(
+            requested_bound(request, committed=committed, segments=logs, now=now),
+            segments=logs,
+            newest_segment=newest,
+            committed=committed,
+            min_retained_txids=min_retained_txids,
+        )
+        doomed = tuple(sorted({(x.start_txid, x.end_txid) for x in logs if not x.in_progress and x.end_txid < bound}))
+        if not doomed:
+            return PurgeOutcome(bound, (), (), {})
+        futures = {
+            lg.name: lg.admin_purge_logs(states[lg.name].last_promised_epoch, bound)
+            for lg in self.loggers.loggers
+            if lg.name in states
+        }
+        done: list[str] = []
+        failed = {n: a for n, a in answers.items() if not isinstance(a, JournalState)}
+        for lg in self.loggers.loggers:
+            if lg.name not in answers:
+                failed[lg.name] = NodeUnavailableError(f"{lg.name} did not answer in time")
+        for name, fut in futures.items():
+            try:
+                fut.result(timeout=self.config.timeouts.operations)
+                done.append(name)
+            except Exception as e:  # each node's failure is reported, the others' purges stand
+                failed[name] = e
+        return PurgeOutcome(bound, doomed, tuple(done), failed)
 
     def send_batch(self, frame: bytes, first_txid: int, last_txid: int) -> BatchCall:
         """Send one batch to every node; wait on the result for its quorum."""

@@ -2,7 +2,9 @@
 
 Records are framed into batches (closed by size, by time or by ``sync``); each batch goes to every
 in-sync node at once and is committed when a majority has it on disk. Batches are pipelined: up
-to ``max_inflight_batches`` may await their quorum while new records are appended.
+to ``max_inflight_batches`` may await their quorum while new records are appended. The segment
+rolls by itself once it holds ``roll_bytes`` of frames or its first batch is ``roll_interval`` old,
+and each roll applies the retention policy (``retain_txids``, ``retain_age``; design §2.12).
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ from typing import cast
 from qjm._native import framing
 from qjm.client.loggers import CallHooks
 from qjm.client.manager import QuorumJournalManager
-from qjm.client.quorum import BatchCall
+from qjm.client.quorum import BatchCall, QuorumCall
+from qjm.client.retention import PurgeRequest, purge_limit, requested_bound
 from qjm.client.writer_stats import AckTimer, WriterStats, probe_for
 from qjm.config import QJMConfig, config_from
 from qjm.errors import EpochError, FencedError, NotFormattedError, QJMError, QuorumError
 from qjm.histogram import Histogram
+from qjm.protocol.messages import RemoteEditLog
 
 log = logging.getLogger("qjm.writer")
 
@@ -84,6 +88,11 @@ class Writer:
         self._timer_idle = False  # the batch timer sleeps until notified (else it looks every batch_delay)
         self._acks = AckTimer([probe_for(lg) for lg in qjm.loggers.loggers])
         self._batches_sent = self._txns_sent = self._bytes_sent = 0
+        self._starting: QuorumCall[None] | None = None  # a roll's start of the segment, not yet awaited
+        self._segment_bytes = 0  # frame bytes sent in the current segment
+        self._segment_first_at = 0.0  # monotonic time its first batch was sent
+        self._purged_below = 0  # the highest bound this writer's retention sent
+        self.rolls = 0  # segments finalized by roll(), by hand or by size or age
         self._commit_seconds = Histogram()
         self._start_segment(self._next_txid)
         self._flusher = threading.Thread(target=self._flush_by_time, name="qjm-batch-timer", daemon=True)
@@ -184,15 +193,14 @@ class Writer:
         return target
 
     def roll(self) -> int:
-        """Finalize the current segment and start the next; returns the new segment's first txid."""
+        """Finalize the current segment and start the next; returns the new segment's first txid.
+
+        Returns once a quorum started the next segment (the writer's own rolls do not wait for it).
+        """
         with self._lock:
-            self.sync()
-            if self._next_txid > self._segment:
-                try:
-                    self.qjm.finalize_log_segment(self._segment, self._next_txid - 1)
-                    self._start_segment(self._next_txid)
-                except QuorumError as e:
-                    raise self._fail(_as_fenced(e)) from None
+            self._check()
+            self._roll()
+            self._check_started()
             return self._segment
 
     def close(self) -> None:
@@ -250,7 +258,83 @@ class Writer:
             self.qjm.start_log_segment(txid)
         except QuorumError as e:
             raise self._fail(_as_fenced(e)) from None
+        self._new_segment(txid)
+
+    def _new_segment(self, txid: int) -> None:
         self._segment = txid
+        self._segment_bytes = 0
+        self._segment_first_at = 0.0
+
+    def _roll(self) -> None:
+        """Finalize the segment at the last txid appended, start the next, apply retention (lock held).
+
+        The finalize names only committed txids (design §2.12): every batch of the segment is
+        flushed and waited for first. The next segment's start is not waited for: its batches queue
+        behind it on each node, and the first to commit shows a quorum started it
+        (``_check_started``), so the pipeline refills one round trip sooner.
+        """
+        self._flush()
+        self._wait_until(self._next_txid - 1)
+        if self._next_txid <= self._segment:
+            return
+        try:
+            self.qjm.finalize_log_segment(self._segment, self._next_txid - 1)
+            self._starting = self.qjm.begin_log_segment(self._next_txid)
+        except QuorumError as e:
+            raise self._fail(_as_fenced(e)) from None
+        self._new_segment(self._next_txid)
+        self.rolls += 1
+        self._apply_retention()
+
+    def _check_started(self) -> None:
+        """Wait for the pending start of the segment, if any; its failure is the writer's (lock held)."""
+        starting, self._starting = self._starting, None
+        if starting is not None:
+            try:
+                starting.wait_for_write_quorum(
+                    self.config.timeouts.start_segment, f"start_log_segment({self._segment})"
+                )
+            except QuorumError as e:
+                raise self._fail(_as_fenced(e)) from None
+
+    def _roll_due(self, now: float) -> bool:
+        """The segment is full (``roll_bytes``) or its first batch is ``roll_interval`` old."""
+        if not self._segment_bytes:
+            return False
+        cfg = self.config
+        return bool(
+            (cfg.roll_bytes and self._segment_bytes >= cfg.roll_bytes)
+            or (cfg.roll_interval and now - self._segment_first_at >= cfg.roll_interval)
+        )
+
+    def _until_roll(self, now: float) -> float | None:
+        """Seconds until the segment is due to roll by age; None: no roll by age is pending."""
+        if not (self._segment_bytes and self.config.roll_interval):
+            return None
+        return max(self._segment_first_at + self.config.roll_interval - now, 0.0)
+
+    def _apply_retention(self) -> None:
+        """Purge what ``retain_txids``/``retain_age`` let go, clamped to the limits (qjm.client.retention)."""
+        cfg = self.config
+        if not (cfg.retain_txids or cfg.retain_age):
+            return
+        logs: list[RemoteEditLog] = []
+        if cfg.retain_age:
+            try:
+                logs = [x for m in self.qjm.get_edit_log_manifest(0).values() for x in m.logs]
+            except QuorumError as e:
+                log.warning("journal %s: retention skipped this roll: %s", self.qjm.journal_id, e)
+                return
+        request = PurgeRequest(keep_txids=cfg.retain_txids, older_than=cfg.retain_age)
+        bound = min(
+            requested_bound(request, committed=self._committed, segments=logs, now=time.time()),
+            purge_limit(
+                newest_segment=self._segment, committed=self._committed, min_retained_txids=cfg.min_retained_txids
+            ),
+        )
+        if bound > max(self._purged_below, 1):
+            self.qjm.purge_logs_older_than(bound)
+            self._purged_below = bound
 
     def _after_add(self) -> None:
         if self._builder.nbytes >= self.config.batch_bytes:
@@ -274,16 +358,24 @@ class Writer:
         self._batches_sent += 1
         self._txns_sent += last - first + 1
         self._bytes_sent += len(frame)
+        if not self._segment_bytes:
+            self._segment_first_at = now
+        self._segment_bytes += len(frame)
         self._inflight.append(_Batch(first, last, self.qjm.send_batch(frame, first, last), now))
         while len(self._inflight) > self.config.max_inflight_batches:
             self._reap_oldest()
+        if self._roll_due(now):
+            self._roll()
 
     def _reap_oldest(self) -> None:
         b = self._inflight[0]
         try:
             b.call.wait_for_write_quorum(self.config.timeouts.write_txns, f"journal({b.first}-{b.last})")
         except QuorumError as e:
+            self._check_started()  # a start that failed explains the batch's failure best
             raise self._fail(_as_fenced(e)) from None
+        if self._starting is not None and b.first >= self._segment:
+            self._starting = None  # the batch's quorum started the segment
         self._inflight.popleft()
         now = time.monotonic()
         self._commit_seconds.observe(now - b.sent_at)
@@ -297,28 +389,34 @@ class Writer:
             while self._inflight and self._inflight[0].first <= target:
                 self._reap_oldest()
             self._check()
+            self._check_started()  # a sync or roll in a segment no batch has committed in yet
 
     def _flush_by_time(self) -> None:
         """Close a batch ``batch_delay`` after its first record, if nothing else closed it first.
 
         While batches keep opening, the timer looks every ``batch_delay`` instead of being woken for
         each one: a writer that syncs every record would otherwise pay two thread switches per
-        commit (the wake-up, then the wait for the writer's lock). It sleeps until notified only
-        after a whole ``batch_delay`` without an open batch.
+        commit (the wake-up, then the wait for the writer's lock). It sleeps until notified (or
+        until the segment is due to roll by age) only after a whole ``batch_delay`` without an open
+        batch. A segment that ages while no batch closes is rolled here.
         """
         delay = self.config.batch_delay
         with self._lock:
             while not self._closed and self._error is None:
                 now = time.monotonic()
+                try:
+                    if self._batch_started_at and self._batch_started_at + delay <= now:
+                        self._flush()  # rolls too when the segment is full or old enough
+                        continue
+                    if self._roll_due(now):  # by age, with no batch closing to notice it
+                        self._roll()
+                        continue
+                except QJMError:
+                    return
+                roll_in = self._until_roll(now)
                 if self._batch_started_at:
                     due = self._batch_started_at + delay - now
-                    if due > 0:
-                        self._batch_opened.wait(due)
-                        continue
-                    try:
-                        self._flush()
-                    except QJMError:
-                        return
+                    self._batch_opened.wait(due if roll_in is None else min(due, roll_in))
                     continue
                 idle_for = now - self._last_opened
                 if idle_for < delay:
@@ -326,7 +424,7 @@ class Writer:
                     continue
                 self._timer_idle = True
                 try:
-                    self._batch_opened.wait()
+                    self._batch_opened.wait(roll_in)
                 finally:
                     self._timer_idle = False
 

@@ -99,7 +99,9 @@ def prepare_from_pb(p: pb.PrepareRecoveryResponse) -> PrepareRecoveryResponse:
 def manifest_to_pb(m: EditLogManifest) -> pb.ManifestResponse:
     return pb.ManifestResponse(
         logs=[
-            pb.RemoteEditLogProto(start_txid=x.start_txid, end_txid=x.end_txid, in_progress=x.in_progress)
+            pb.RemoteEditLogProto(
+                start_txid=x.start_txid, end_txid=x.end_txid, in_progress=x.in_progress, finalized_at=x.finalized_at
+            )
             for x in m.logs
         ],
         committed_txid=m.committed_txid,
@@ -108,5 +110,5 @@ def manifest_to_pb(m: EditLogManifest) -> pb.ManifestResponse:
 
 def manifest_from_pb(p: pb.ManifestResponse) -> EditLogManifest:
     return EditLogManifest(
-        tuple(RemoteEditLog(x.start_txid, x.end_txid, x.in_progress) for x in p.logs), p.committed_txid
+        tuple(RemoteEditLog(x.start_txid, x.end_txid, x.in_progress, x.finalized_at) for x in p.logs), p.committed_txid
     )

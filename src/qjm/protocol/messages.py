@@ -92,6 +92,9 @@ class RemoteEditLog:
     start_txid: int
     end_txid: int
     in_progress: bool = False
+    # when a finalized segment was finalized (wall clock; 0.0: unknown); not part of its identity,
+    # so copies listed by different nodes compare equal
+    finalized_at: float = field(default=0.0, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

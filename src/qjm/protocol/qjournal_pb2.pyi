@@ -125,12 +125,14 @@ class FinalizeLogSegmentRequest(_message.Message):
     def __init__(self, req: _Optional[_Union[RequestInfoProto, _Mapping]] = ..., start_txid: _Optional[int] = ..., end_txid: _Optional[int] = ..., copy_epoch: _Optional[int] = ...) -> None: ...
 
 class PurgeLogsRequest(_message.Message):
-    __slots__ = ("req", "min_txid_to_keep")
+    __slots__ = ("req", "min_txid_to_keep", "admin")
     REQ_FIELD_NUMBER: _ClassVar[int]
     MIN_TXID_TO_KEEP_FIELD_NUMBER: _ClassVar[int]
+    ADMIN_FIELD_NUMBER: _ClassVar[int]
     req: RequestInfoProto
     min_txid_to_keep: int
-    def __init__(self, req: _Optional[_Union[RequestInfoProto, _Mapping]] = ..., min_txid_to_keep: _Optional[int] = ...) -> None: ...
+    admin: bool
+    def __init__(self, req: _Optional[_Union[RequestInfoProto, _Mapping]] = ..., min_txid_to_keep: _Optional[int] = ..., admin: _Optional[bool] = ...) -> None: ...
 
 class PrepareRecoveryRequest(_message.Message):
     __slots__ = ("req", "segment_txid")
@@ -175,14 +177,16 @@ class ManifestRequest(_message.Message):
     def __init__(self, journal_id: _Optional[str] = ..., since_txid: _Optional[int] = ..., in_progress_ok: _Optional[bool] = ...) -> None: ...
 
 class RemoteEditLogProto(_message.Message):
-    __slots__ = ("start_txid", "end_txid", "in_progress")
+    __slots__ = ("start_txid", "end_txid", "in_progress", "finalized_at")
     START_TXID_FIELD_NUMBER: _ClassVar[int]
     END_TXID_FIELD_NUMBER: _ClassVar[int]
     IN_PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    FINALIZED_AT_FIELD_NUMBER: _ClassVar[int]
     start_txid: int
     end_txid: int
     in_progress: bool
-    def __init__(self, start_txid: _Optional[int] = ..., end_txid: _Optional[int] = ..., in_progress: _Optional[bool] = ...) -> None: ...
+    finalized_at: float
+    def __init__(self, start_txid: _Optional[int] = ..., end_txid: _Optional[int] = ..., in_progress: _Optional[bool] = ..., finalized_at: _Optional[float] = ...) -> None: ...
 
 class ManifestResponse(_message.Message):
     __slots__ = ("logs", "committed_txid")

@@ -26,6 +26,7 @@ from qjm.errors import (
     NotFoundError,
     OutOfOrderError,
     OutOfSyncError,
+    PurgeRefusedError,
     SegmentStateError,
     StorageError,
 )
@@ -67,6 +68,9 @@ class NodeBugs(Protocol):
 
     @property
     def finalize_any_same_length_copy(self) -> bool: ...
+
+    @property
+    def purge_ignores_open_segment(self) -> bool: ...
 
 
 log = logging.getLogger("qjm.journal")
@@ -555,18 +559,36 @@ class Journal:
         self._highest_written = max(self._highest_written, end)
         log.info("journal %s: finalized segment %d-%d", self.journal_id, start, end)
 
-    def purge_logs(self, req: RequestInfo, min_txid_to_keep: int) -> None:
+    def purge_logs(self, req: RequestInfo, min_txid_to_keep: int, *, admin: bool = False) -> None:
+        """Remove the segments wholly below ``min_txid_to_keep`` (design §2.12).
+
+        ``admin``: an operator's purge, checked against the promised epoch without taking a serial
+        (``_check_admin``). Either way the newest segment stays: a purge reaching into it is
+        refused whole, before anything is removed.
+        """
         with self._lock:
-            self._check_request(req)
+            if admin:
+                self._check_admin(req)
+            else:
+                self._check_request(req)
             segments = self.storage.list_segments()
             newest = max((seg.start for seg in segments), default=0)
+            keep_open = self._bugs is None or not self._bugs.purge_ignores_open_segment
+            if keep_open and segments and min_txid_to_keep > newest:
+                raise PurgeRefusedError(
+                    f"purge below txid {min_txid_to_keep} would remove the newest segment (from txid {newest}) "
+                    f"of journal {self.journal_id}: the open segment, or the one a restarted node resumes"
+                )
             for seg in segments:
-                if self._open is not None and seg.start == self._open.start:
+                if keep_open and self._open is not None and seg.start == self._open.start:
                     continue
                 if (seg.end is not None and seg.end < min_txid_to_keep) or (
                     seg.in_progress and seg.start < min_txid_to_keep
                 ):
-                    self.storage.delete_segment(seg)
+                    if self._open is not None and seg.start == self._open.start:
+                        self._abort_open()
+                    self.stats.purged_bytes += self.storage.delete_segment(seg)
+                    self.stats.purged_segments += 1
                 elif seg.in_progress and seg.start < newest:
                     # superseded leftover (HDFS-8178). Unlike Hadoop, never the newest segment: on a
                     # restarted node it is the current one, not open here but holding committed txids.
@@ -575,6 +597,21 @@ class Journal:
             for p in self.storage.list_paxos():
                 if p < min_txid_to_keep:
                     self.storage.delete_paxos(p)
+
+    def _check_admin(self, req: RequestInfo) -> None:
+        """An operator's purge names the epoch it read from this node: a stale one (a writer won a
+        newer epoch since) is refused as fenced, a higher one is never adopted, and no serial is
+        taken, so the writer's requests go on unaffected (design §2.12)."""
+        self._check_formatted()
+        _check_epoch(req.epoch)
+        if req.epoch != self._promised:
+            self.stats.fenced_refused += 1
+            raise FencedError(
+                f"admin purge names epoch {req.epoch}, but journal {self.journal_id} has promised epoch "
+                f"{self._promised}: read the state again",
+                request_epoch=req.epoch,
+                promised_epoch=self._promised,
+            )
 
     # -- recovery (design §2.8) -------------------------------------------------------------
 
@@ -660,7 +697,7 @@ class Journal:
             for seg in self.storage.list_segments():
                 if seg.end is not None:
                     if seg.end >= since_txid:
-                        logs.append(RemoteEditLog(seg.start, seg.end, False))
+                        logs.append(RemoteEditLog(seg.start, seg.end, False, self.storage.segment_mtime(seg)))
                 elif in_progress_ok:
                     if self._open is not None and self._open.start == seg.start:
                         end = self._open.next_txid - 1
@@ -854,6 +891,8 @@ class Journal:
                 "segments": [s.name for s in self.storage.list_segments()],
                 "batches_written": self.stats.batches_written,
                 "committed_hints_dropped": self.committed_hints_dropped,
+                "purged_segments": self.stats.purged_segments,
+                "purged_bytes": self.stats.purged_bytes,
             }
 
 
@@ -870,6 +909,8 @@ def unformatted_status(journal_id: str) -> dict[str, object]:
         "segments": [],
         "batches_written": 0,
         "committed_hints_dropped": 0,
+        "purged_segments": 0,
+        "purged_bytes": 0,
     }
 
 

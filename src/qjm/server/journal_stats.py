@@ -27,6 +27,8 @@ class JournalStats:
         "last_journal_time",
         "out_of_sync",
         "out_of_sync_refused",
+        "purged_bytes",
+        "purged_segments",
         "sync_seconds",
         "txns_written",
     )
@@ -40,6 +42,8 @@ class JournalStats:
         self.last_journal_time = 0.0  # wall clock of the last durable batch (0: none since opened)
         self.fenced_refused = 0
         self.out_of_sync_refused = 0
+        self.purged_segments = 0  # segment files a purge removed
+        self.purged_bytes = 0
         self.out_of_sync = False  # refused the writer's batches this segment; cleared by the next start
 
     def record_durable(

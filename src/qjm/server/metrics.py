@@ -78,6 +78,8 @@ def journal_figures(j: Journal) -> dict[str, object]:
         out_of_sync=s.out_of_sync,
         out_of_sync_refusals=s.out_of_sync_refused,
         fenced_requests=s.fenced_refused,
+        purged_segments=s.purged_segments,
+        purged_bytes=s.purged_bytes,
     )
     return out
 
@@ -196,6 +198,10 @@ class NodeMetrics(Collector):
             "fenced": counter(
                 "qjm_journal_fenced_requests", "Requests and batches refused for a stale epoch (fenced writers)", lj
             ),
+            "purged_segments": counter(
+                "qjm_journal_purged_segments", "Segment files removed by purges (retention)", lj
+            ),
+            "purged_bytes": counter("qjm_journal_purged_bytes", "Bytes of segment files removed by purges", lj),
             "formatted": gauge("qjm_journal_formatted", "1 if the journal is formatted on this node", lj),
         }
         syncs = histogram(
@@ -214,6 +220,8 @@ class NodeMetrics(Collector):
             fam["oos"].add_metric(label, 1 if s.out_of_sync else 0)
             fam["oos_refused"].add_metric(label, s.out_of_sync_refused)
             fam["fenced"].add_metric(label, s.fenced_refused)
+            fam["purged_segments"].add_metric(label, s.purged_segments)
+            fam["purged_bytes"].add_metric(label, s.purged_bytes)
             fam["formatted"].add_metric(label, 0 if st is None else 1)
             add_histogram(syncs, label, s.sync_seconds)
             if st is not None:

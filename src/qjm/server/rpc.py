@@ -134,7 +134,7 @@ class QJournalServicer(pbg.QJournalServicer):
 
     def PurgeLogs(self, request: pb.PurgeLogsRequest, context: grpc.ServicerContext) -> pb.Empty:
         def go(j: Journal) -> pb.Empty:
-            j.purge_logs(convert.req_from_pb(request.req), request.min_txid_to_keep)
+            j.purge_logs(convert.req_from_pb(request.req), request.min_txid_to_keep, admin=request.admin)
             return pb.Empty()
 
         return self._run(context, request.req.journal_id, go)

@@ -155,7 +155,14 @@ class JournalStorage(Protocol):
 
     def move_aside(self, seg: SegmentFile, suffix: str) -> None: ...
 
-    def delete_segment(self, seg: SegmentFile) -> None: ...
+    def delete_segment(self, seg: SegmentFile) -> int:
+        """Remove a segment file; returns the bytes it held (0 if it was already gone)."""
+        ...
+
+    def segment_mtime(self, seg: SegmentFile) -> float:
+        """When the file was last changed (seconds since the epoch; 0.0 if unknown): a finalized
+        segment's finalize time, which age-based retention reads."""
+        ...
 
     def delete_aside_before(self, min_txid: int) -> int:
         """Delete moved-aside files of segments starting below ``min_txid``; returns how many."""
@@ -474,12 +481,21 @@ class DiskStorage:
         _fsync_dir(self.current)
 
     @_changes_segments
-    def delete_segment(self, seg: SegmentFile) -> None:
+    def delete_segment(self, seg: SegmentFile) -> int:
+        path = self._path(seg.name)
         try:
-            os.unlink(self._path(seg.name))
+            size = os.stat(path).st_size
+            os.unlink(path)
         except FileNotFoundError:
-            return
+            return 0
         _fsync_dir(self.current)
+        return size
+
+    def segment_mtime(self, seg: SegmentFile) -> float:
+        try:
+            return os.stat(self._path(seg.name)).st_mtime
+        except FileNotFoundError:
+            return 0.0
 
     @_changes_segments
     def delete_aside_before(self, min_txid: int) -> int:

@@ -38,6 +38,11 @@ class ProtocolBugs:
     named or accepted: a node that missed the accept round may hold another writer's copy."""
     restart_segment_of_own_epoch: bool = False
     """A node lets a writer restart a segment that holds the writer's own frames (committed is forever)."""
+    purge_ignores_open_segment: bool = False
+    """Purges reach into the newest segment: the writer's bound is not capped at it and the node
+    does not refuse (design §2.12: the open segment is never purged)."""
+    purge_ignores_retention_floor: bool = False
+    """The writer's purge bound ignores ``min_retained_txids``: committed txids readers still need go."""
 
     @property
     def server_side(self) -> bool:
@@ -47,6 +52,7 @@ class ProtocolBugs:
             or self.skip_data_plane_epoch_check
             or self.finalize_any_same_length_copy
             or self.restart_segment_of_own_epoch
+            or self.purge_ignores_open_segment
         )
 
     @property
@@ -57,6 +63,8 @@ class ProtocolBugs:
             or self.ignore_accepted_epoch
             or self.pick_shortest_log
             or self.skip_accept_on_quorum_copy
+            or self.purge_ignores_open_segment
+            or self.purge_ignores_retention_floor
         )
 
     @property

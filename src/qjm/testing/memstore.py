@@ -218,8 +218,12 @@ class MemoryStorage:
         self._files[seg.name + suffix] = self._file(seg.name)
         del self._files[seg.name]
 
-    def delete_segment(self, seg: SegmentFile) -> None:
-        self._files.pop(seg.name, None)
+    def delete_segment(self, seg: SegmentFile) -> int:
+        f = self._files.pop(seg.name, None)
+        return 0 if f is None else len(f.data)
+
+    def segment_mtime(self, seg: SegmentFile) -> float:
+        return 0.0  # the simulation purges by txid only
 
     def delete_aside_before(self, min_txid: int) -> int:
         doomed = [n for n in self._files if (start := aside_start(n)) is not None and start < min_txid]

@@ -63,6 +63,7 @@ class Checker:
         self.epochs: dict[int, int] = {}  # epoch → writer that won it
         self.recoveries = 0
         self.check_durable_ack = True
+        self.purged: list[set[str]] = [set() for _ in sim.nodes]  # per node: finalized names purged
         self._parsed: dict[tuple[int, bytes], dict[int, bytes]] = {}
 
     def fail(self, message: str) -> None:
@@ -168,7 +169,7 @@ class Checker:
             if m:
                 inprog.append(int(m.group(1)))
         for name in mine:
-            if name not in names:
+            if name not in names and name not in self.purged[node.index]:
                 self.fail(f"invariant 5 (finalized never reopens): {node.name}/{name} disappeared")
         for s in inprog:
             for fs, fe in finals.items():
@@ -221,6 +222,31 @@ class Checker:
                 f"invariant 6 (segment chain): {node.name} has a segment starting at {start}, but only "
                 f"{holders} node(s) hold a finalized segment ending at {start - 1}"
             )
+
+    # design §2.12: a purge keeps the newest segment and the retention floor
+    def on_purge(self, node: Node, before: Sequence[str]) -> None:
+        """``before``: the node's files when the purge arrived; what went must be older than both
+        the node's newest segment and the floor (the newest ``min_retained_txids`` acknowledged)."""
+        after = set(node.storage.file_names())
+        starts = {}
+        for name in before:
+            m = _FINALIZED.fullmatch(name) or _INPROGRESS.fullmatch(name)
+            if m:
+                starts[name] = int(m.group(1))
+        newest = max(starts.values(), default=0)
+        floor = max(self.acked, default=0) - self.sim.workload.min_retained_txids + 1
+        for name in sorted(set(starts) - after):
+            if starts[name] == newest:
+                self.fail(f"retention (design §2.12): a purge removed {node.name}'s newest segment {name}")
+            m = _FINALIZED.fullmatch(name)
+            if m:
+                if int(m.group(2)) >= floor:
+                    self.fail(
+                        f"retention (design §2.12): a purge removed {node.name}/{name}, holding txids at or "
+                        f"above the retention floor {floor} (the newest "
+                        f"{self.sim.workload.min_retained_txids} acknowledged txids)"
+                    )
+                self.purged[node.index].add(name)
 
     # 1: every recovery keeps what was committed
     def after_recovery(self, writer: int, epoch: int, last: int) -> bool:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "NO_FAULTS",
+    "RANDOM_WORKLOAD",
     "Chooser",
     "ChooserRandom",
     "FaultRates",
@@ -152,3 +153,15 @@ class Workload:
     format_in_setup: bool = True  # format every node before the run, outside fault injection
     slow: tuple[tuple[int, int], ...] = ()  # (writer, node) channels that lag (delivered last by default)
     newest_first: bool = False  # the default schedule serves the newest writer's channels first
+    # The log's lifecycle (design §2.12): a writer rolls once its segment holds roll_txns txids or
+    # its first txid is roll_age simulated seconds old (0: never on its own), and with purge it
+    # purges after every roll and every sync, asking for everything the limits let go (the floor
+    # keeps the newest min_retained_txids committed txids).
+    roll_txns: int = 0
+    roll_age: float = 0.0
+    purge: bool = False
+    min_retained_txids: int = 0
+
+
+RANDOM_WORKLOAD = Workload(roll_txns=5, roll_age=0.06, purge=True, min_retained_txids=3)
+"""The random search's writers: drawn plans, and rolls and purges of their own."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from qjm._native import framing
+from qjm.client.retention import purge_limit
 from qjm.client.shared import EpochHints
 from qjm.config import QJMConfig
 from qjm.errors import (
@@ -31,6 +32,7 @@ from qjm.testing.memstore import MemoryStorage
 from qjm.testing.sim.checker import Checker, SimViolation
 from qjm.testing.sim.choice import (
     NO_FAULTS,
+    RANDOM_WORKLOAD,
     Chooser,
     ChooserRandom,
     FaultRates,
@@ -91,7 +93,7 @@ class Simulation:
         self.bugs = bugs
         self.rng = random.Random(seed)
         self.chooser = chooser or RandomChooser(self.rng)
-        self.workload = workload or Workload()
+        self.workload = workload or RANDOM_WORKLOAD
         self.planned = dict(planned or {})  # (writer, node, n-th call on that channel) → "fail" | "lost"
         self.keep_trace = keep_trace
         self.trace: list[str] = []
@@ -118,6 +120,7 @@ class Simulation:
             "steps": 0, "deliveries": 0, "fail_before": 0, "reply_lost": 0, "node_crashes": 0, "crash_inside": 0,
             "writer_kills": 0, "writer_crash_send": 0, "fetch_fail": 0, "writers": 0, "acked_txids": 0,
             "recoveries": 0, "fenced": 0, "group_commits": 0, "partitions": 0, "node_alarms": 0,
+            "purges": 0, "auto_rolls": 0,
             "shape_common": 0, "shape_partial": 0, "shape_unequal": 0, "shape_accepted": 0,
         }  # fmt: skip
         self._setup_rates(rates)
@@ -389,6 +392,7 @@ class Simulation:
             return
         promised = node.storage.read_long(PROMISED) or 0
         assert m.run is not None
+        files = node.storage.file_names() if m.op == "purge_logs" else []
         try:
             result = m.run(j)
         except NodeCrash as c:
@@ -412,6 +416,8 @@ class Simulation:
             self.note(f"{tag} => unexpected {type(e).__name__}: {e}\n{traceback.format_exc().rstrip()}")
             self.checker.fail(f"{node.name} failed unexpectedly in {m.op}: {type(e).__name__}: {e}")
             return
+        if m.op == "purge_logs":
+            self.checker.on_purge(node, files)
         if m.op == "new_epoch":
             self.checker.on_new_epoch(node, m.epoch, promised)
         elif m.op not in _UNFENCED_OPS:
@@ -610,20 +616,60 @@ class Simulation:
                 self._send(task, int(op[1:]))
                 while len(task.inflight) > task.plan.pipeline:
                     self._reap(task)
+                if self._roll_due(task):
+                    task.phase = "auto roll"
+                    self.stats["auto_rolls"] += 1
+                    self._roll(task)
             elif op == "sync":
                 self._sync(task)
-            elif op in ("roll", "fin"):
-                self._sync(task)
-                if task.next_txid > task.segment:
-                    q.finalize_log_segment(task.segment, task.next_txid - 1)
-                    self.note(f"w{task.wid} finalized {task.segment}-{task.next_txid - 1}")
-                    if op == "fin":
-                        return
-                    task.phase = "start"
-                    q.start_log_segment(task.next_txid)
-                    task.segment = task.next_txid
+                self._purge(task)
+            elif op in ("roll", "fin") and self._roll(task, last=op == "fin"):
+                return  # finalized for good
         task.phase = "sync"
         self._sync(task)
+
+    def _roll_due(self, task: Task) -> bool:
+        """The writer's own roll (design §2.12): by size (txids here) or by age in simulated time."""
+        w = self.workload
+        held = task.next_txid - task.segment
+        return held > 0 and (
+            (w.roll_txns > 0 and held >= w.roll_txns) or (w.roll_age > 0 and self._time - task.segment_at >= w.roll_age)
+        )
+
+    def _roll(self, task: Task, *, last: bool = False) -> bool:
+        """Finalize the segment after its last batch commits, then (unless ``last``) start the next
+        and purge. True if the segment was finalized with ``last``: the writer is done."""
+        q = task.qjm
+        self._sync(task)
+        if task.next_txid <= task.segment:
+            return False
+        q.finalize_log_segment(task.segment, task.next_txid - 1)
+        self.note(f"w{task.wid} finalized {task.segment}-{task.next_txid - 1}")
+        if last:
+            return True
+        task.phase = "start"
+        q.start_log_segment(task.next_txid)
+        task.segment = task.next_txid
+        self._purge(task)
+        return False
+
+    def _purge(self, task: Task) -> None:
+        """Purge all the limits let go: the writer's bound, clamped by ``purge_limit`` only."""
+        w = self.workload
+        q = task.qjm
+        if not w.purge:
+            return
+        bugs = self.bugs if self.bugs is not None and self.bugs.client_side else None
+        bound = purge_limit(
+            newest_segment=task.segment,
+            committed=q.committed_txid,
+            min_retained_txids=w.min_retained_txids,
+            bugs=bugs,
+        )
+        if bound > max(task.purged_below, 1):
+            task.purged_below = bound
+            self.stats["purges"] += 1
+            q.purge_logs_older_than(bound)
 
     def _send(self, task: Task, n: int) -> None:
         first = task.next_txid
@@ -634,6 +680,8 @@ class Simulation:
         frame = framing.encode_frame(records, epoch=task.qjm.epoch, segment_txid=task.segment, first_txid=first)
         call = task.qjm.send_batch(frame, first, first + n - 1)
         task.inflight.append(Batch(first, first + n - 1, records, call))
+        if task.next_txid == task.segment:
+            task.segment_at = self._time
         task.next_txid += n
 
     def _reap(self, task: Task) -> None:

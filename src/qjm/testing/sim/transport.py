@@ -25,6 +25,7 @@ from qjm.client.quorum import QuorumCall
 from qjm.client.recovery import choose_recovery_source, in_sync_copy
 from qjm.errors import InvariantViolation, QJMError, WriterCrashedError
 from qjm.protocol.messages import (
+    NO_TXID,
     EditLogManifest,
     JournaledEdits,
     JournalState,
@@ -206,6 +207,15 @@ class SimLogger(NodeStateView[Msg]):
     def purge_logs(self, min_txid_to_keep: int) -> Future[None]:
         return self._ctl(
             "purge_logs", f"purge_logs({min_txid_to_keep})", lambda j: j.purge_logs(self._req(), min_txid_to_keep)
+        )
+
+    def admin_purge_logs(self, epoch: int, min_txid_to_keep: int) -> Future[None]:
+        req = RequestInfo(JOURNAL_ID, epoch, 0, NO_TXID)
+        return self._ctl(
+            "purge_logs",
+            f"admin purge_logs({min_txid_to_keep}) in epoch {epoch}",
+            lambda j: j.purge_logs(req, min_txid_to_keep, admin=True),
+            writer=False,
         )
 
     def prepare_recovery(self, segment: int) -> Future[PrepareRecoveryResponse]:

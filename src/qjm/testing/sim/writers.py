@@ -62,6 +62,8 @@ class Task:
         self.phase = "spawn"
         self.segment = 0
         self.next_txid = 0
+        self.segment_at = 0.0  # simulated time of the segment's first batch (its age for rolls)
+        self.purged_below = 0  # the highest purge bound this writer sent
         self.inflight: deque[Batch] = deque()
         self.life = WriterLife()
         self.loggers = [SimLogger(sim, wid, i, self.life) for i in range(len(sim.nodes))]
@@ -101,6 +103,7 @@ class Task:
             self.phase,
             self.segment,
             self.next_txid,
+            self.purged_below,
             tuple((b.first, b.last) for b in self.inflight),
             q.epoch,
             q.active,
