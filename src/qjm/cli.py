@@ -32,6 +32,7 @@ from qjm.config import URI_SYNTAX, QJMConfig
 from qjm.errors import ConfigError, NodeUnavailableError, QJMError, StorageError
 from qjm.logs import FORMATS, LEVELS, configure_logging
 from qjm.protocol.frame import SEGMENT_HEADER_SIZE
+from qjm.security import certs
 from qjm.server.journal import JournalHooks
 from qjm.server.limits import NodeLimits
 from qjm.server.node import JournalNode
@@ -206,6 +207,38 @@ def _dump(a: argparse.Namespace) -> int:
     return 0 if res.tail == "clean" else 2
 
 
+def _certs(a: argparse.Namespace) -> int:
+    if a.certs_cmd == "init":
+        print(f"created CA {certs.init_ca(a.dir, days=a.days)}")
+        return 0
+    if a.certs_cmd == "node":
+        made = certs.node_cert(a.dir, a.name, dns=a.dns, ips=a.ip, days=a.days)
+    else:
+        made = certs.client_cert(a.dir, a.name, days=a.days)
+    print(f"created {made.cert_file} and {made.key_file} (identity {a.name!r}; CA {made.ca_file})")
+    return 0
+
+
+def _register_certs(add: AddCommand) -> None:
+    s = add(
+        "certs", help="create a CA, node and client certificates for mutual TLS",
+        description="Create the certificates of a test or small deployment (docs/configuration.md, TLS): "
+        "`qjm certs init DIR` makes the CA, `qjm certs node DIR --name jn1 --dns jn1.example --ip 10.0.0.1` "
+        "a node's certificate, `qjm certs client DIR --name alice` a client's (identity alice).",
+    )  # fmt: skip
+    sub = s.add_subparsers(dest="certs_cmd", required=True, parser_class=_Parser)
+    for name, text in (("init", "create the CA"), ("node", "a node certificate"), ("client", "a client certificate")):
+        c = sub.add_parser(name, help=text)
+        c.add_argument("dir", help="directory of the CA (ca.pem, ca.key) and of the certificates made")
+        if name != "init":
+            c.add_argument("--name", required=True, help="identity and file name (<name>.pem, <name>.key)")
+        if name == "node":
+            c.add_argument("--dns", action="append", default=[], help="another DNS name the node is reached by")
+            c.add_argument("--ip", action="append", default=[], help="an IP address the node is reached at")
+        c.add_argument("--days", type=int, default=3650 if name == "init" else certs.DEFAULT_DAYS, help="validity")
+    s.set_defaults(fn=_certs)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with the exit code of a usage error settable per command (``qjm status`` exits 3,
     "could not check", so that 2 keeps meaning "no quorum" to a health check)."""
@@ -285,6 +318,8 @@ def register(add: AddCommand) -> None:
     s.add_argument("file", help="a segment file (edits_* in a journal directory)")
     s.add_argument("--records", action="store_true", help="also print each record (first 60 bytes)")
     s.set_defaults(fn=_dump)
+
+    _register_certs(add)
 
 
 def build_parser(*groups: Register) -> argparse.ArgumentParser:

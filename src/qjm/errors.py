@@ -139,6 +139,17 @@ class ResourceExhaustedError(QJMError):
     code = "RESOURCE_EXHAUSTED"
 
 
+class PermissionDeniedError(QJMError):
+    """The caller's identity (its TLS certificate) has no role that allows the request on this
+    journal (design §9.2); nothing was changed."""
+
+    code = "PERMISSION_DENIED"
+
+    def __init__(self, message: str, *, role: str = "") -> None:
+        super().__init__(message)
+        self.role = role
+
+
 class NodeUnavailableError(QJMError):
     """The node did not answer (down, paused past the timeout, or connection refused)."""
 

@@ -39,6 +39,7 @@ _STATUS: dict[type[QJMError], grpc.StatusCode] = {
     errors.InvariantViolation: grpc.StatusCode.INTERNAL,
     errors.StorageError: grpc.StatusCode.INTERNAL,
     errors.ResourceExhaustedError: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    errors.PermissionDeniedError: grpc.StatusCode.PERMISSION_DENIED,
 }
 
 
