@@ -15,6 +15,7 @@ from qjm.security.authz import ADMIN, READER, WRITER, Authorizer, authorizer_fro
 from qjm.security.certs import identity_of_pem
 from qjm.security.tls import TlsConfig, tls_config
 from qjm.settings import gather, node_settings
+from qjm.spark.options import ReadOptions, WriteOptions
 from qjm.testing.certs import Pki
 
 
@@ -113,3 +114,12 @@ def test_node_settings_read_tls_insecure_and_authz(pki: Pki, tmp_path) -> None: 
         gather("journalnode", config_path=str(conf), env={})
     with pytest.raises(ConfigError, match="QJM_TLS_CA"):
         node_settings(gather("journalnode", env={"QJM_DATA_DIR": str(tmp_path), "QJM_TLS_CA": n.ca_file}))
+
+
+def test_spark_options_take_the_tls_paths() -> None:
+    opts = {"uri": "qjournal://a:1/j", "tlsCa": "/p/ca.pem", "tlsCert": "/p/app.pem", "tlsKey": "/p/app.key"}
+    tls = TlsConfig("/p/ca.pem", "/p/app.pem", "/p/app.key")
+    assert ReadOptions.parse(opts).config.tls == tls and WriteOptions.parse(opts).config.tls == tls
+    assert ReadOptions.parse({"uri": "qjournal://a:1/j"}).config.tls is None
+    with pytest.raises(ConfigError, match="missing: certificate, key"):
+        WriteOptions.parse({"uri": "qjournal://a:1/j", "tlsCa": "/p/ca.pem"})
