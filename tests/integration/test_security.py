@@ -5,6 +5,7 @@ messages that keep the node's paths to itself."""
 
 from __future__ import annotations
 
+import os
 import socket
 import ssl
 import subprocess
@@ -144,17 +145,50 @@ def test_plaintext_foreign_expired_and_unknown_clients_are_refused_while_others_
     format_journal(tls_cluster.uri, pki.clients["ops"])
     write(tls_cluster.uri, alice, b"one")
     short = qjm.QJMConfig().with_timeouts(connect=2.0, get_journal_state=5.0, new_epoch=5.0)
-    for tls in (None, pki.foreign, pki.expired):
+    for tls, hint in ((None, "tls_ca"), (pki.foreign, "not of its CA"), (pki.expired, "expired")):
         cfg = short if tls is None else qjm.QJMConfig(tls=tls, timeouts=short.timeouts)
         with pytest.raises(QuorumError) as e:
             qjm.open_writer(tls_cluster.uri, config=cfg)
-        assert all(isinstance(c, NodeUnavailableError) for c in causes(e.value)), e.value
+        assert all(isinstance(c, NodeUnavailableError) and hint in str(c) for c in causes(e.value)), e.value
     # a certificate the CA signed, for an identity with no grant ("expired" aside: pki.clients)
     with pytest.raises(QuorumError) as e:
         read(tls_cluster.uri, _unknown_client(pki))
     assert all(isinstance(c, PermissionDeniedError) for c in causes(e.value))
     write(tls_cluster.uri, alice, b"two")  # the nodes served the others throughout
     assert read(tls_cluster.uri, pki.clients["bob"]) == [(1, b"one"), (2, b"two")]
+
+
+def test_a_tls_client_against_a_plaintext_node_is_told_so(tmp_path: Path, pki: Pki) -> None:
+    node = JournalNode(str(tmp_path / "plain")).start()
+    try:
+        cfg = qjm.QJMConfig(tls=pki.clients["alice"]).with_timeouts(connect=2.0, get_journal_state=5.0)
+        with pytest.raises(QuorumError) as e:
+            qjm.open_writer(f"qjournal://127.0.0.1:{node.rpc_port}/{JID}", config=cfg)
+        assert all(isinstance(c, NodeUnavailableError) and "serve plaintext" in str(c) for c in causes(e.value))
+        assert not (tmp_path / "plain" / JID).exists()  # nothing reached the node
+    finally:
+        node.stop(0)
+
+
+def test_the_commands_take_tls_flags_and_environment(tls_cluster: Cluster, pki: Pki, tmp_path: Path) -> None:
+    ops = pki.clients["ops"]
+    flags = ["--tls-ca", ops.ca_file, "--tls-cert", ops.cert_file, "--tls-key", ops.key_file]
+
+    def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "qjm", *args], capture_output=True, text=True, timeout=120,
+            env={**os.environ, **(env or {})},
+        )  # fmt: skip
+
+    assert run("format", tls_cluster.uri, *flags).returncode == 0
+    write(tls_cluster.uri, pki.clients["alice"], b"via the API")
+    env = {"QJM_TLS_CA": ops.ca_file, "QJM_TLS_CERT": ops.cert_file, "QJM_TLS_KEY": ops.key_file}
+    st = run("status", tls_cluster.uri, "--json", env=env)
+    assert st.returncode == 0, st.stdout + st.stderr
+    tail = run("tail", tls_cluster.uri, *flags)
+    assert tail.returncode == 0 and tail.stdout.split("\t") == ["1", "via the API\n"], tail.stderr
+    bad = run("status", tls_cluster.uri, "--tls-ca", ops.ca_file)  # a CA alone: refused, one line
+    assert bad.returncode == 3 and "missing: certificate, key" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def _unknown_client(pki: Pki) -> TlsConfig:
