@@ -33,6 +33,7 @@ from qjm.security.tls import TlsConfig
 from qjm.server.limits import NodeLimits
 from qjm.server.node import JournalNode, fetch_segment
 from qjm.testing.certs import Pki
+from qjm.testing.minicluster import MiniJournalCluster
 from qjm.testing.util import eventually
 
 JID = "orders"
@@ -334,3 +335,22 @@ def test_an_epoch_far_above_the_promise_and_an_absurd_serial_are_refused(tmp_pat
         eventually(lambda: qjm.open_writer(uri).close() is None, what="a later writer takes over")
     finally:
         node.stop(0)
+
+
+def test_recovery_downloads_between_nodes_over_mutual_tls(tmp_path: Path, pki: Pki) -> None:
+    """Node processes with TLS: a node that missed a segment gets it in recovery, downloading it from
+    another node with its own certificate (accept_recovery's download, design §9.1)."""
+    alice = pki.clients["alice"]
+    with MiniJournalCluster(3, str(tmp_path / "cluster"), journal_id=JID, pki=pki) as c:
+        write(c.uri, alice, b"one", create=True)
+        c.stop(2)
+        w = qjm.open_writer(c.uri, tls=alice)  # segment 2 on nodes 0 and 1 only
+        w.append(b"two")
+        w.append(b"three")
+        w.sync()
+        w.abort()  # left in progress
+        c.start(2)
+        c.kill(0)
+        write(c.uri, alice, b"four")  # recovery on nodes 1 and 2: node 2 downloads segment 2 from node 1
+        assert (Path(c.journal_dir(2)) / "edits_0000000000000000002-0000000000000000003").exists()
+        assert read(c.uri, alice) == [(1, b"one"), (2, b"two"), (3, b"three"), (4, b"four")]
