@@ -123,3 +123,16 @@ def test_spark_options_take_the_tls_paths() -> None:
     assert ReadOptions.parse({"uri": "qjournal://a:1/j"}).config.tls is None
     with pytest.raises(ConfigError, match="missing: certificate, key"):
         WriteOptions.parse({"uri": "qjournal://a:1/j", "tlsCa": "/p/ca.pem"})
+
+
+def test_peers_and_insecure_from_files_environment_and_flags(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    conf = tmp_path / "jn.toml"
+    conf.write_text(f'[journalnode]\ndata_dir = "{tmp_path}"\npeers = ["jn1:8485", "[::1]:8485"]\n')
+    assert node_settings(gather("journalnode", config_path=str(conf), env={})).peers == ("jn1:8485", "[::1]:8485")
+    env = {"QJM_DATA_DIR": str(tmp_path), "QJM_PEERS": "a:1, b:2", "QJM_INSECURE": "1"}
+    st = node_settings(gather("journalnode", env=env))
+    assert st.peers == ("a:1", "b:2") and st.insecure
+    with pytest.raises(ConfigError, match="QJM_INSECURE"):
+        gather("journalnode", env={"QJM_INSECURE": "maybe"})
+    with pytest.raises(ConfigError, match="QJM_PEERS"):
+        gather("journalnode", env={"QJM_PEERS": "a:1,b:x"})
