@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from qjm.testing.certs import Pki, make_pki
+
 settings.register_profile("qjm", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("qjm")
 
@@ -41,3 +43,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = [it for it in items if it.get_closest_marker("native") is None]
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> Pki:
+    """A CA with node certificates jn0..jn2, clients alice, bob and ops, an expired client and one
+    signed by another CA (qjm.testing.certs)."""
+    return make_pki(str(tmp_path / "pki"))

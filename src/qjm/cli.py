@@ -31,9 +31,10 @@ from qjm.client.manager import QuorumJournalManager
 from qjm.client.reader import open_reader
 from qjm.client.retention import PurgeRequest, parse_age
 from qjm.config import URI_SYNTAX, QJMConfig
-from qjm.errors import ConfigError, NodeUnavailableError, QJMError, StorageError
+from qjm.errors import ConfigError, InsecureBindError, NodeUnavailableError, QJMError, StorageError
 from qjm.logs import FORMATS, LEVELS, configure_logging
 from qjm.protocol.frame import SEGMENT_HEADER_SIZE
+from qjm.security import certs
 from qjm.server.journal import JournalHooks
 from qjm.server.limits import NodeLimits
 from qjm.server.node import JournalNode
@@ -41,6 +42,7 @@ from qjm.settings import (
     CONFIG_ENV,
     HADOOP_CONF_ENV,
     NODE_KEYS,
+    TLS_KEYS,
     client_settings,
     flag_name,
     gather,
@@ -62,6 +64,9 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
         if key == "http_address":
             continue  # Hadoop's combined form, for files; the flags are --http-bind and --http-port
         names = [flag_name(key), "--host"] if key == "bind" else [flag_name(key)]
+        if key == "insecure":
+            p.add_argument(flag_name(key), dest=key, action="store_const", const="true", default=None, help=text)
+            continue
         p.add_argument(*names, dest=key, default=None, metavar=metavar(key), help=text)
     _add_settings_args(p)
     p.add_argument("--ready-line", action="store_true", help="print READY ... on stdout once serving")
@@ -76,11 +81,16 @@ def serve_node(a: argparse.Namespace, hooks: JournalHooks | None = None) -> int:
     logging.getLogger("qjm").info("settings: %s", ", ".join(f"{k} from {where}" for k, where in st.origins))
     _check_data_dir(st.data_dir)
     log.info("starting JournalNode %s (pid %d) on %s", __version__, os.getpid(), st.data_dir)
-    node = JournalNode(
-        st.data_dir, host=st.rpc_bind, rpc_port=st.rpc_port, data_host=st.data_bind, data_port=st.data_port,
-        rpc_advertise=st.rpc_advertise, data_advertise=st.data_advertise, hooks=hooks,
-        http_host=st.http_bind, http_port=st.http_port, limits=node_limits(dict(st.limits)),
-    ).start()  # fmt: skip
+    try:
+        node = JournalNode(
+            st.data_dir, host=st.rpc_bind, rpc_port=st.rpc_port, data_host=st.data_bind, data_port=st.data_port,
+            rpc_advertise=st.rpc_advertise, data_advertise=st.data_advertise, hooks=hooks,
+            http_host=st.http_bind, http_port=st.http_port, limits=node_limits(dict(st.limits)),
+            tls=st.tls, authz=st.authz, insecure=st.insecure, peers=st.peers,
+        ).start()  # fmt: skip
+    except InsecureBindError as e:
+        print(f"qjm journalnode: {e}", file=sys.stderr)
+        return 2
     done = threading.Event()
     got: list[str] = []
 
@@ -123,11 +133,10 @@ def _check_data_dir(path: str) -> None:
 
 
 def _client(a: argparse.Namespace, **flags: object) -> tuple[str, QJMConfig]:
-    """The URI and client settings of a command: its URI argument (and client ``flags`` it has) over
-    QJM_URI and QJM_* variables, --config and --hadoop-conf."""
-    st = client_settings(
-        gather("client", flags={"uri": a.uri, **flags}, config_path=a.config, hadoop_conf=a.hadoop_conf, env=os.environ)
-    )
+    """The URI and client settings of a command: its URI argument, TLS flags (and client ``flags``
+    it has) over QJM_URI and QJM_* variables, --config and --hadoop-conf."""
+    given = {"uri": a.uri, **{key: getattr(a, key) for key in TLS_KEYS}, **flags}
+    st = client_settings(gather("client", flags=given, config_path=a.config, hadoop_conf=a.hadoop_conf, env=os.environ))
     if st.uri is None:
         raise ConfigError(
             f"no journal URI: give it as an argument, QJM_URI, or uri in [client] of --config ({URI_SYNTAX})"
@@ -246,6 +255,38 @@ def _dump(a: argparse.Namespace) -> int:
     return 0 if res.tail == "clean" else 2
 
 
+def _certs(a: argparse.Namespace) -> int:
+    if a.certs_cmd == "init":
+        print(f"created CA {certs.init_ca(a.dir, days=a.days)}")
+        return 0
+    if a.certs_cmd == "node":
+        made = certs.node_cert(a.dir, a.name, dns=a.dns, ips=a.ip, days=a.days)
+    else:
+        made = certs.client_cert(a.dir, a.name, days=a.days)
+    print(f"created {made.cert_file} and {made.key_file} (identity {a.name!r}; CA {made.ca_file})")
+    return 0
+
+
+def _register_certs(add: AddCommand) -> None:
+    s = add(
+        "certs", help="create a CA, node and client certificates for mutual TLS",
+        description="Create the certificates of a test or small deployment (docs/configuration.md, TLS): "
+        "`qjm certs init DIR` makes the CA, `qjm certs node DIR --name jn1 --dns jn1.example --ip 10.0.0.1` "
+        "a node's certificate, `qjm certs client DIR --name alice` a client's (identity alice).",
+    )  # fmt: skip
+    sub = s.add_subparsers(dest="certs_cmd", required=True, parser_class=_Parser)
+    for name, text in (("init", "create the CA"), ("node", "a node certificate"), ("client", "a client certificate")):
+        c = sub.add_parser(name, help=text)
+        c.add_argument("dir", help="directory of the CA (ca.pem, ca.key) and of the certificates made")
+        if name != "init":
+            c.add_argument("--name", required=True, help="identity and file name (<name>.pem, <name>.key)")
+        if name == "node":
+            c.add_argument("--dns", action="append", default=[], help="another DNS name the node is reached by")
+            c.add_argument("--ip", action="append", default=[], help="an IP address the node is reached at")
+        c.add_argument("--days", type=int, default=3650 if name == "init" else certs.DEFAULT_DAYS, help="validity")
+    s.set_defaults(fn=_certs)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with the exit code of a usage error settable per command (``qjm status`` exits 3,
     "could not check", so that 2 keeps meaning "no quorum" to a health check)."""
@@ -283,6 +324,8 @@ def _add_settings_args(s: argparse.ArgumentParser) -> None:
 def _add_uri_arg(s: argparse.ArgumentParser) -> None:
     s.add_argument("uri", nargs="?", default=None, help=f"the journal (else QJM_URI or [client] uri): {URI_SYNTAX}")
     _add_settings_args(s)
+    for key, (_, text) in TLS_KEYS.items():
+        s.add_argument(flag_name(key), dest=key, default=None, metavar="FILE", help=f"{text} (else QJM_{key.upper()})")
 
 
 def register(add: AddCommand) -> None:
@@ -347,6 +390,8 @@ def register(add: AddCommand) -> None:
     s.add_argument("file", help="a segment file (edits_* in a journal directory)")
     s.add_argument("--records", action="store_true", help="also print each record (first 60 bytes)")
     s.set_defaults(fn=_dump)
+
+    _register_certs(add)
 
 
 def build_parser(*groups: Register) -> argparse.ArgumentParser:

@@ -17,12 +17,14 @@ from __future__ import annotations
 import tomllib
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from qjm.addresses import is_wildcard, join_host_port, parse_port, split_host_port
 from qjm.config import QJMConfig, Timeouts, config_from, parse_uri
 from qjm.errors import ConfigError
+from qjm.security.authz import Authorizer, authorizer_from
+from qjm.security.tls import TlsConfig, tls_config
 
 DEFAULT_BIND = "127.0.0.1"
 DEFAULT_RPC_PORT = 8485
@@ -86,6 +88,22 @@ def _uri(v: Any, where: str) -> str:
     return text
 
 
+def _flag(v: Any, where: str) -> bool:
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.strip().lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        return v.strip().lower() in ("1", "true", "yes", "on")
+    raise ConfigError(f"{where}: expected true or false, got {v!r}")
+
+
+def _addresses(v: Any, where: str) -> tuple[str, ...]:
+    """``HOST:PORT`` addresses: a TOML list, or one string with commas between them."""
+    items = v if isinstance(v, list) else _text(v, where).split(",")
+    if not items:
+        raise ConfigError(f"{where}: expected HOST:PORT addresses, got none")
+    return tuple(_host_port(item.strip() if isinstance(item, str) else item, where) for item in items)
+
+
 def _number(kind: type) -> Callable[[Any, str], Any]:
     def convert(v: Any, where: str) -> Any:
         if isinstance(v, bool):
@@ -137,6 +155,22 @@ NODE_KEYS: dict[str, tuple[Converter, str]] = {
         "TCP keepalive notices a vanished peer)",
     ),
 }
+TLS_KEYS: dict[str, tuple[Converter, str]] = {
+    "tls_ca": (_text, "PEM file of the CA certificate(s) trusted for peers (mutual TLS; design §9)"),
+    "tls_cert": (_text, "PEM file of this end's certificate, signed by the CA (`qjm certs`)"),
+    "tls_key": (_text, "PEM file of this end's private key"),
+}
+NODE_KEYS.update(TLS_KEYS)
+NODE_KEYS["insecure"] = (
+    _flag,
+    "serve without TLS on a non-loopback address (refused otherwise): anyone who can reach the ports "
+    "may read, write, fence or format any journal",
+)
+NODE_KEYS["peers"] = (
+    _addresses,
+    "HOST:PORT control addresses of the journal's nodes, as writers name them; recovery downloads only "
+    "from these (default: any node whose certificate the CA signed, with TLS; anywhere, without)",
+)
 LIMIT_KEYS = ("max_open_journals", "max_data_connections", "frame_memory_mb", "idle_timeout")
 """The node's resource bounds among ``NODE_KEYS`` (``qjm.server.limits.NodeLimits``)."""
 
@@ -151,14 +185,17 @@ def _client_keys() -> dict[str, tuple[Converter, str]]:
     for f in fields(Timeouts):
         keys[f"{f.name}_timeout"] = (_number(float), f"seconds to wait for {f.name.replace('_', ' ')}")
     for f in fields(QJMConfig):
-        if f.name != "timeouts":
+        if f.name not in ("timeouts", "tls"):  # tls: the three TLS_KEYS
             keys[f.name] = (_BY_TYPE[str(f.type)], f"client setting {f.name} (qjm.config.QJMConfig)")
+    keys.update(TLS_KEYS)
     return keys
 
 
 CLIENT_KEYS = _client_keys()
 
 SECTIONS = {"journalnode": NODE_KEYS, "client": CLIENT_KEYS}
+AUTHZ_TABLE = "authz"
+"""The node's grants: identity -> {role -> [journal ids]} (qjm.security.authz, design §9.2)."""
 
 
 def env_name(key: str) -> str:
@@ -192,8 +229,12 @@ def from_toml(path: str, section: str) -> dict[str, Value]:
         raise ConfigError(f"{path}: not valid TOML: {e}") from None
     tables: dict[str, dict[str, Value]] = {}
     for table, body in doc.items():  # every table checked, so a file is refused by any of its users
+        if table == AUTHZ_TABLE:
+            authorizer_from(body, f"{path}: [{AUTHZ_TABLE}]")
+            continue
         if table not in SECTIONS:
-            raise ConfigError(f"{path}: unknown table [{table}] (known: {', '.join(f'[{s}]' for s in SECTIONS)})")
+            known = [*SECTIONS, AUTHZ_TABLE]
+            raise ConfigError(f"{path}: unknown table [{table}] (known: {', '.join(f'[{s}]' for s in known)})")
         if not isinstance(body, dict):
             raise ConfigError(f"{path}: {table} must be a table ([{table}]), not a value")
         keys = SECTIONS[table]
@@ -392,12 +433,27 @@ def gather(
     if hadoop_conf:
         hadoop = hadoop_node(hadoop_conf) if section == "journalnode" else hadoop_client(hadoop_conf)
     toml = from_toml(config_path, section) if config_path else {}
-    return merge(hadoop, toml, from_env(env, section), from_flags(flags or {}, section))
+    out = merge(hadoop, toml, from_env(env, section), from_flags(flags or {}, section))
+    if section == "journalnode" and config_path:
+        authz = authz_from_toml(config_path)
+        if authz is not None:
+            out[AUTHZ_TABLE] = authz
+    return out
+
+
+def authz_from_toml(path: str) -> Value | None:
+    """The ``[authz]`` table of a TOML file as an ``Authorizer``, or None if the file has none."""
+    with open(path, "rb") as f:  # from_toml has read and checked it
+        doc = tomllib.load(f)
+    if AUTHZ_TABLE not in doc:
+        return None
+    where = f"{path}: [{AUTHZ_TABLE}]"
+    return Value(authorizer_from(doc[AUTHZ_TABLE], where), where)
 
 
 def _check_option(key: str, v: Value) -> None:
     """A client option's range, checked alone so that its error names where it came from."""
-    if key == "uri":
+    if key == "uri" or key in TLS_KEYS:
         return
     try:
         config_from({key: v.value})
@@ -409,7 +465,17 @@ def client_config(values: Mapping[str, Value]) -> QJMConfig:
     """The QJMConfig of gathered client values (the URI aside)."""
     for key, v in values.items():
         _check_option(key, v)
-    return config_from({k: v.value for k, v in values.items() if k != "uri"})
+    return config_from({k: v.value for k, v in values.items() if k != "uri" and k not in TLS_KEYS})
+
+
+def tls_from(values: Mapping[str, Value]) -> TlsConfig | None:
+    """The TLS paths among gathered values (node or client): all three, or none."""
+
+    def get(key: str) -> str | None:
+        return values[key].value if key in values else None
+
+    origins = sorted({values[k].origin for k in TLS_KEYS if k in values})
+    return tls_config(get("tls_ca"), get("tls_cert"), get("tls_key"), where=", ".join(origins) or "TLS settings")
 
 
 @dataclass(frozen=True, slots=True)
@@ -426,6 +492,10 @@ class NodeSettings:
     http_bind: str = DEFAULT_BIND
     http_port: int = DEFAULT_HTTP_PORT
     limits: tuple[tuple[str, Any], ...] = ()  # the LIMIT_KEYS that were set, for NodeLimits
+    tls: TlsConfig | None = None
+    insecure: bool = False
+    authz: Authorizer | None = None  # the [authz] table of --config; None: none given
+    peers: tuple[str, ...] | None = None
     origins: tuple[tuple[str, str], ...] = ()  # key → where its value came from, for the start log
 
 
@@ -456,6 +526,10 @@ def node_settings(values: Mapping[str, Value]) -> NodeSettings:
         http_bind=get("http_bind", http_host if http_host is not None else rpc_bind),
         http_port=get("http_port", http_port if http_port is not None else DEFAULT_HTTP_PORT),
         limits=tuple((k, values[k].value) for k in LIMIT_KEYS if k in values),
+        tls=tls_from(values),
+        insecure=get("insecure", False),
+        authz=get(AUTHZ_TABLE),
+        peers=get("peers"),
         origins=tuple((k, v.origin) for k, v in sorted(values.items())),
     )
 
@@ -464,11 +538,13 @@ def node_settings(values: Mapping[str, Value]) -> NodeSettings:
 class ClientSettings:
     uri: str | None
     config: QJMConfig
+    tls: TlsConfig | None = None
 
 
 def client_settings(values: Mapping[str, Value]) -> ClientSettings:
     uri = values["uri"].value if "uri" in values else None
-    return ClientSettings(uri, client_config(values))
+    tls = tls_from(values)
+    return ClientSettings(uri, replace(client_config(values), tls=tls), tls)
 
 
 def load_client_settings(
@@ -483,6 +559,8 @@ def metavar(key: str) -> str:
     convert = NODE_KEYS[key][0] if key in NODE_KEYS else CLIENT_KEYS[key][0]
     names: dict[Converter, str] = {
         _host: "HOST", _advertise_host: "HOST", _advertise: "HOST[:PORT]", _host_port: "HOST:PORT",
-        _port: "PORT", _uri: "URI",
+        _port: "PORT", _uri: "URI", _addresses: "HOST:PORT,...",
     }  # fmt: skip
+    if key in TLS_KEYS:
+        return "FILE"
     return names.get(convert, "DIR" if key.endswith("_dir") else "VALUE")

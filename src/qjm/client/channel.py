@@ -60,8 +60,9 @@ T = TypeVar("T")
 _CHANNEL_OPTIONS = tuple(CLIENT_GRPC_OPTIONS)
 
 
-def error_from_rpc(node: str, e: grpc.RpcError) -> QJMError:
-    """Rebuild the node's typed error from the status and trailing metadata it sent."""
+def error_from_rpc(node: str, e: grpc.RpcError, *, tls: bool | None = None) -> QJMError:
+    """Rebuild the node's typed error from the status and trailing metadata it sent. ``tls`` (did
+    this client dial with TLS) adds a hint to a connection the node closed or a failed handshake."""
     code = rpc_code(e)
     trailing = getattr(e, "trailing_metadata", None)
     md = dict(trailing() or ()) if callable(trailing) else {}
@@ -71,8 +72,28 @@ def error_from_rpc(node: str, e: grpc.RpcError) -> QJMError:
     if isinstance(qcode, str):
         return errors.from_code(qcode, f"{node}: {details}")
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
-        return NodeUnavailableError(f"{node}: {details}")
+        return NodeUnavailableError(f"{node}: {details}{tls_hint(details, tls)}")
+    if tls and "handshake failed" in details.lower():
+        return NodeUnavailableError(f"{node}: {details}{tls_hint(details, tls)}")
     return QJMError(f"{node}: {code}: {details}")
+
+
+def tls_hint(details: str, tls: bool | None) -> str:
+    """Why a node may have closed the connection at once, when that is what gRPC reports: the
+    node never says why (a refused handshake tells the peer nothing it could misuse)."""
+    if tls is None:
+        return ""
+    text = details.lower()
+    if "handshake failed" in text and tls:
+        return (
+            " (TLS handshake failed: the node may serve plaintext, or its certificate is not of this "
+            "client's CA or does not name the host dialled)"
+        )
+    if "socket closed" in text:
+        if tls:
+            return " (if the node is up, it refused this client's certificate: not of its CA, or expired)"
+        return " (if the node is up, it may require mutual TLS: give tls_ca, tls_cert and tls_key)"
+    return ""
 
 
 def _close_unused_link(fut: Future[DataLink]) -> None:
@@ -113,7 +134,7 @@ class RemoteLogger(NodeStateView[Ticket]):
         # by a future per batch; fault hooks need the futures' per-batch callbacks.
         self.native_acks = backend_of("fanout") == "native" and type(self.hooks) is CallHooks
         # shared with every other logger of this process that talks to the same node (qjm.client.shared)
-        self._channel, self._stub = shared.acquire_channel(self._name, _CHANNEL_OPTIONS)
+        self._channel, self._stub = shared.acquire_channel(self._name, _CHANNEL_OPTIONS, self.config.tls)
         self._exec = shared.SerialExecutor()  # this node's calls, in order (Hadoop: one thread per logger)
         self._par = shared.PooledExecutor()  # reads, side by side
         self._lock = threading.Lock()  # guards _state and _link
@@ -187,7 +208,7 @@ class RemoteLogger(NodeStateView[Ticket]):
             try:
                 result = fn()
             except grpc.RpcError as e:
-                err = error_from_rpc(self._name, e)
+                err = error_from_rpc(self._name, e, tls=self.config.tls is not None)
                 log.info("%s: %s failed: %s: %s", self._name, op, type(err).__name__, err)
                 raise err from None
             except QJMError as e:
@@ -455,7 +476,7 @@ class RemoteLogger(NodeStateView[Ticket]):
                     return
                 yield chunk.data
         except grpc.RpcError as e:
-            raise error_from_rpc(self._name, e) from None
+            raise error_from_rpc(self._name, e, tls=self.config.tls is not None) from None
         raise NodeUnavailableError(f"{self._name}: download of segment {segment} ended early")
 
     def status(self) -> Future[dict[str, object]]:
@@ -640,4 +661,4 @@ class RemoteLogger(NodeStateView[Ticket]):
         with self._lock:
             release, self._channel_released = not self._channel_released, True
         if release:
-            shared.release_channel(self._name, _CHANNEL_OPTIONS)
+            shared.release_channel(self._name, _CHANNEL_OPTIONS, self.config.tls)

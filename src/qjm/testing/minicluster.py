@@ -23,6 +23,7 @@ import time
 from types import TracebackType
 
 from qjm.server.node import JournalNode
+from qjm.testing.certs import Pki
 from qjm.testing.faults import ServerFaults
 
 READY_TIMEOUT = 120.0  # a node process imports gRPC first: seconds each on a loaded 2-core machine
@@ -89,13 +90,17 @@ class MiniJournalCluster:
         host: str = "127.0.0.1",
         server_faults: dict[int, str] | None = None,
         env: dict[str, str] | None = None,
+        pki: Pki | None = None,
     ) -> None:
+        """``pki``: node ``i`` serves mutual TLS with ``pki.nodes[i]`` (no ``[authz]`` table: every
+        certificate of the CA may do everything); clients then need ``tls=`` (``client_tls``)."""
         self._own_dir = base_dir is None
         self.base_dir = base_dir or tempfile.mkdtemp(prefix="qjm-cluster-")
         self.journal_id = journal_id
         self.in_process = in_process
         self.host = host
         self.env = env
+        self.pki = pki
         faults = server_faults or {}
         self.nodes = [
             _Node(
@@ -179,7 +184,7 @@ class MiniJournalCluster:
             hooks = ServerFaults.parse(n.faults) if n.faults else None
             n.inproc = JournalNode(
                 n.data_dir, host=self.host, rpc_port=n.rpc_port, data_port=n.data_port, hooks=hooks,
-                http_port=n.http_port,
+                http_port=n.http_port, tls=self.pki.nodes[i] if self.pki is not None else None,
             ).start()  # fmt: skip
             return
         cmd = [
@@ -190,6 +195,9 @@ class MiniJournalCluster:
         ]  # fmt: skip
         if n.faults:
             cmd += ["--fault", n.faults]
+        if self.pki is not None:
+            tls = self.pki.nodes[i]
+            cmd += ["--tls-ca", tls.ca_file, "--tls-cert", tls.cert_file, "--tls-key", tls.key_file]
         env = dict(os.environ, **(self.env or {}))
         with open(os.path.join(self.base_dir, f"jn{i}.log"), "ab") as log:
             n.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, env=env)
