@@ -609,7 +609,7 @@ class Journal:
         newer epoch since) is refused as fenced, a higher one is never adopted, and no serial is
         taken, so the writer's requests go on unaffected (design §2.12)."""
         self._check_formatted()
-        _check_epoch(req.epoch)
+        _check_epoch(req.epoch, self._promised)
         if req.epoch != self._promised:
             self.stats.fenced_refused += 1
             raise FencedError(
