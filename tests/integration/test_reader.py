@@ -53,7 +53,7 @@ def test_tail_follows_commits(icluster: MiniJournalCluster) -> None:
     done = threading.Event()
 
     def follow() -> None:
-        for txid, rec in r.tail(poll_interval=0.01, stop=stop):
+        for txid, rec in r.tail(stop=stop):
             assert rec == txn_data(txid)
             seen.append(txid)
             if txid == 300:

@@ -294,9 +294,14 @@ class Writer:
 
     def _wait_until(self, target: int) -> None:
         with self._lock:
+            before = self._committed
             while self._inflight and self._inflight[0].first <= target:
                 self._reap_oldest()
             self._check()
+            if self._committed > before:
+                # Followers are pushed only what a node knows committed (design §4.4): tell the
+                # nodes now rather than ahead of the next batch, which may be long in coming.
+                self.qjm.announce_committed()
 
     def _flush_by_time(self) -> None:
         """Close a batch ``batch_delay`` after its first record, if nothing else closed it first.
@@ -304,8 +309,22 @@ class Writer:
         While batches keep opening, the timer looks every ``batch_delay`` instead of being woken for
         each one: a writer that syncs every record would otherwise pay two thread switches per
         commit (the wake-up, then the wait for the writer's lock). It sleeps until notified only
-        after a whole ``batch_delay`` without an open batch.
+        after a whole ``batch_delay`` without an open batch. A batch it closed is waited for
+        outside the lock, then counted committed and announced (``_wait_until``): followers see
+        records nobody synced (design §4.4).
         """
+        while True:
+            closed = self._close_batch_by_time()
+            if closed is None:
+                return
+            try:
+                closed.call.wait_for_write_quorum(self.config.timeouts.write_txns, "journal")
+                self._wait_until(closed.last)
+            except QJMError:
+                return  # the writer has failed: its next call says why
+
+    def _close_batch_by_time(self) -> _Batch | None:
+        """Wait until a batch is due and close it; returns it (None: the writer is done)."""
         delay = self.config.batch_delay
         with self._lock:
             while not self._closed and self._error is None:
@@ -318,7 +337,9 @@ class Writer:
                     try:
                         self._flush()
                     except QJMError:
-                        return
+                        return None
+                    if self._inflight:
+                        return self._inflight[-1]
                     continue
                 idle_for = now - self._last_opened
                 if idle_for < delay:
@@ -329,6 +350,7 @@ class Writer:
                     self._batch_opened.wait()
                 finally:
                     self._timer_idle = False
+            return None
 
 
 def open_writer(

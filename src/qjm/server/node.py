@@ -108,7 +108,9 @@ class JournalNode:
             # The control port is bound last: gRPC keeps a port it bound until the server has run,
             # so nothing may fail after it (Hadoop's HDFS-12407: a failed start kept its RPC port).
             self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=rpc_workers), options=GRPC_OPTIONS)
-            add_servicer(QJournalServicer(self.journals, lambda: self.data_address), self._grpc)
+            followers = max(1, rpc_workers // 2)
+            servicer = QJournalServicer(self.journals, lambda: self.data_address, max_followers=followers)
+            add_servicer(servicer, self._grpc)
             try:
                 self.rpc_port = self._grpc.add_insecure_port(join_host_port(host, rpc_port))
             except RuntimeError:  # taken between the check and here; gRPC says no more than this

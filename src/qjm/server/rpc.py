@@ -5,8 +5,9 @@ from __future__ import annotations
 import errno
 import json
 import logging
+import threading
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 import grpc
 
@@ -17,6 +18,7 @@ from qjm.protocol import convert
 from qjm.protocol import qjournal_pb2 as pb
 from qjm.protocol import qjournal_pb2_grpc as pbg
 from qjm.protocol.rpcmeta import ERROR_CODE_KEY
+from qjm.server.follow import follow
 from qjm.server.journal import Journal, unformatted_status
 from qjm.server.registry import JournalRegistry
 
@@ -51,6 +53,17 @@ def status_for(e: QJMError) -> grpc.StatusCode:
     return grpc.StatusCode.UNKNOWN
 
 
+def _abort(context: grpc.ServicerContext, e: Exception) -> NoReturn:
+    """End the call with ``e`` as a status and the typed error code (``context.abort`` raises)."""
+    if isinstance(e, QJMError):
+        context.set_trailing_metadata(((ERROR_CODE_KEY, errors.to_code(e)),))
+        context.abort(status_for(e), str(e))
+    log.exception("unexpected error in RPC")
+    context.set_trailing_metadata(((ERROR_CODE_KEY, "QJM_ERROR"),))
+    context.abort(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
+    raise AssertionError("unreachable")
+
+
 class QJournalServicer(pbg.QJournalServicer):
     """Maps each RPC of ``qjournal.proto`` onto the node's ``Journal`` for the named journal id.
 
@@ -58,9 +71,14 @@ class QJournalServicer(pbg.QJournalServicer):
     may create a journal, so a call naming an unknown journal leaves nothing behind.
     """
 
-    def __init__(self, journals: JournalRegistry, data_address: Callable[[], str]) -> None:
+    def __init__(self, journals: JournalRegistry, data_address: Callable[[], str], max_followers: int = 8) -> None:
         self._journals = journals
         self._data_address = data_address
+        # Each follower holds an RPC worker thread for as long as it follows: bounded, so that
+        # followers cannot take every worker from the writer's calls.
+        self._max_followers = max_followers
+        self._followers = 0
+        self._followers_lock = threading.Lock()
 
     def _run(
         self, context: grpc.ServicerContext, journal_id: str, fn: Callable[[Journal], T], *, create: bool = False
@@ -68,14 +86,32 @@ class QJournalServicer(pbg.QJournalServicer):
         try:
             with self._journals.lease(journal_id, create=create) as journal:
                 return fn(journal)
-        except QJMError as e:
-            context.set_trailing_metadata(((ERROR_CODE_KEY, errors.to_code(e)),))
-            context.abort(status_for(e), str(e))
         except Exception as e:
-            log.exception("unexpected error in RPC")
-            context.set_trailing_metadata(((ERROR_CODE_KEY, "QJM_ERROR"),))
-            context.abort(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
-        raise AssertionError("unreachable")  # context.abort raises
+            _abort(context, e)
+
+    def Follow(self, request: pb.FollowRequest, context: grpc.ServicerContext) -> Iterator[pb.FollowChunk]:
+        with self._followers_lock:
+            full = self._followers >= self._max_followers
+            if not full:
+                self._followers += 1
+        if full:
+            _abort(
+                context,
+                errors.ResourceExhaustedError(f"this node already serves {self._max_followers} followers"),
+            )
+        try:
+            heartbeat = max(request.heartbeat_ms, 10) / 1000 if request.heartbeat_ms else 1.0
+            with self._journals.lease(request.journal_id) as j:
+                context.add_callback(j.wake_followers)  # a follower that leaves stops its wait at once
+                for p in follow(j, max(request.from_txid, 1), heartbeat, context.is_active):
+                    yield pb.FollowChunk(
+                        frames=p.frames, first_txid=p.first_txid, last_txid=p.last_txid, committed_txid=p.committed_txid
+                    )
+        except Exception as e:
+            _abort(context, e)
+        finally:
+            with self._followers_lock:
+                self._followers -= 1
 
     def _absent(self, journal_id: str) -> bool:
         """True if the journal has no directory here: a read-only call answers without opening it.
