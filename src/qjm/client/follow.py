@@ -49,6 +49,7 @@ class Follower:
         self.silence = silence
         self.stall = stall
         self.failovers = 0
+        self.messages = 0  # pushed by the nodes so far, heartbeats included
         self.current_node = ""
         self._turn = prefer % len(self.nodes)
         self._lock = threading.Lock()
@@ -99,6 +100,7 @@ class Follower:
             for frames, _first, _last, committed in call:
                 now = time.monotonic()
                 self._heard_at = now
+                self.messages += 1
                 if self._closed.is_set():
                     return
                 if frames:
