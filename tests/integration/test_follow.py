@@ -1,4 +1,4 @@
-"""Push-based tailing on real nodes (design §4.4): a follower runs through the death of the node it
+"""Push-based tailing on real nodes (design §3.1): a follower runs through the death of the node it
 follows and a writer failover with no gap, no duplicate and no record that was not committed."""
 
 from __future__ import annotations

@@ -74,7 +74,7 @@ def error_from_rpc(node: str, e: grpc.RpcError) -> QJMError:
 
 
 class FollowCall:
-    """One node's push of committed frames (design §4.4): ``(frames, first_txid, last_txid,
+    """One node's push of committed frames (design §3.1): ``(frames, first_txid, last_txid,
     committed_txid)`` per message, ``frames`` empty on a heartbeat. ``cancel`` (from any thread)
     ends the iteration quietly; any other end raises the node's typed error."""
 

@@ -1,4 +1,4 @@
-"""Following a journal by push (design §4.4): committed frames as the nodes learn of them.
+"""Following a journal by push (design §3.1): committed frames as the nodes learn of them.
 
 A ``Follower`` subscribes to one node at a time (``RemoteLogger.follow``), which pushes whole
 frames it knows are committed as its committed txid advances, and heartbeats while nothing moves.

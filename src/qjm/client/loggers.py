@@ -151,7 +151,7 @@ class LoggerSet:
             lg.set_committed_txid(txid)
 
     def announce_committed(self) -> None:
-        """Send the committed txid to the nodes now (design §4.4). A set whose nodes serve no
+        """Send the committed txid to the nodes now (design §3.1). A set whose nodes serve no
         followers (the simulator's) sends nothing: its notices go ahead of the next batch."""
 
     def call(self, fn: Callable[[Logger], Future[T]]) -> QuorumCall[T]:

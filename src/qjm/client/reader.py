@@ -4,7 +4,7 @@ Finalized segments are decided (design §3), so any replica serves them; the rea
 and, if that node dies mid-read, resumes from the next txid on another replica that holds at least
 as much. The in-progress segment is read only up to what a majority of the current writer's nodes
 hold (reference §4.3): the quorum-th highest count among replies from the newest writer epoch.
-``tail`` is pushed committed frames by one node at a time instead (``qjm.client.follow``, design §4.4).
+``tail`` is pushed committed frames by one node at a time instead (``qjm.client.follow``, design §3.1).
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ class Reader:
 
     def tail(self, stop: threading.Event | None = None, *, heartbeat: float = 0.25) -> Iterator[Record]:
         """Follow the journal: yields committed records as the nodes learn they are committed,
-        until ``stop`` is set or ``close`` is called (design §4.4).
+        until ``stop`` is set or ``close`` is called (design §3.1).
 
         One node at a time pushes them (``qjm.client.follow``); when it dies, goes silent for a
         few heartbeats, or lags the others, the next one takes over from the next txid. Never a

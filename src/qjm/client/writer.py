@@ -299,7 +299,7 @@ class Writer:
                 self._reap_oldest()
             self._check()
             if self._committed > before:
-                # Followers are pushed only what a node knows committed (design §4.4): tell the
+                # Followers are pushed only what a node knows committed (design §3.1): tell the
                 # nodes now rather than ahead of the next batch, which may be long in coming.
                 self.qjm.announce_committed()
 
@@ -311,7 +311,7 @@ class Writer:
         commit (the wake-up, then the wait for the writer's lock). It sleeps until notified only
         after a whole ``batch_delay`` without an open batch. A batch it closed is waited for
         outside the lock, then counted committed and announced (``_wait_until``): followers see
-        records nobody synced (design §4.4).
+        records nobody synced (design §3.1).
         """
         while True:
             closed = self._close_batch_by_time()

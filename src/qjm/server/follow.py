@@ -1,4 +1,4 @@
-"""What a node pushes to a follower (design §4.4): committed frames as its committed txid advances.
+"""What a node pushes to a follower (design §3.1): committed frames as its committed txid advances.
 
 The follower names the txid it needs next; the node answers with whole frames from there on that
 it knows are committed (``Journal.committed_frames``), waiting on the journal's condition variable

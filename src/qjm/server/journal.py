@@ -142,7 +142,7 @@ class Journal:
         self.hooks = hooks or JournalHooks()
         self._lock = threading.RLock()
         # Signalled whenever what a follower may be pushed changes: the committed txid advances, a
-        # segment is finalized or started, the journal closes (design §4.4).
+        # segment is finalized or started, the journal closes (design §3.1).
         self._advanced = threading.Condition(self._lock)
         self._closed = False
         self._ns = storage.read_namespace()
@@ -741,7 +741,7 @@ class Journal:
 
     def committed_frames(self, since: int, max_bytes: int) -> tuple[bytes, int, int] | None:
         """``(frames, first_txid, last_txid)``: whole frames from the one holding ``since`` on, all
-        of them committed as far as this node knows (design §4.4); None when there is none yet.
+        of them committed as far as this node knows (design §3.1); None when there is none yet.
 
         A finalized segment is decided (invariant 5): the rest of it is served at once, read once
         (the caller splits it). The open segment is served only through the committed txid, only
