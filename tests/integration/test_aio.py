@@ -4,6 +4,10 @@ awaits instead of blocking the event loop."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
+import re
+from pathlib import Path
 
 import pytest
 
@@ -94,3 +98,14 @@ def test_a_closed_writer_refuses_new_records(icluster: MiniJournalCluster) -> No
             await w.append(b"late")
 
     asyncio.run(main())
+
+
+def test_the_readme_example_runs(icluster: MiniJournalCluster) -> None:
+    """The README's asyncio example, as written, against real nodes."""
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "qjm.aio" in b]
+    assert len(blocks) == 1
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(blocks[0], "README.md", "exec"), {"uri": icluster.uri, "__name__": "readme"})
+    assert out.getvalue() == "1 b'one'\n2 b'two'\n"

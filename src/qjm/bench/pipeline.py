@@ -20,6 +20,7 @@ from typing import Any
 from qjm._native import framing
 from qjm.client.reader import open_reader
 from qjm.client.record_batch import RecordBatch
+from qjm.client.replicas import finalized_segments
 from qjm.client.writer import Writer
 
 TAIL_GAP = 0.005  # seconds between the staleness records
@@ -110,7 +111,9 @@ def batches_speedup(uri: str, w: Writer, records: int) -> dict[str, Any]:
         assert got == n
         return n / (time.perf_counter() - t)
 
-    seg = b"".join(w.qjm.loggers.loggers[0].read_segment(segment))
+    # from a node that finalized it: one the writer dropped for lagging holds only part of it
+    holder = next(s.nodes[0] for s in finalized_segments(w.qjm, first) if s.start == segment)
+    seg = b"".join(w.qjm.loggers.by_name(holder).read_segment(segment))
     frames = framing.iter_frames(seg, segment)
 
     def decode_per_record() -> float:

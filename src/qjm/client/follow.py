@@ -108,6 +108,8 @@ class Follower:
                     pos = 0
                     while pos < len(frames):
                         h = framing.verify_frame(frames, pos)
+                        # A standby that follows knows the epoch to fence above (qjm.client.shared).
+                        self.qjm.note_epoch(h.epoch)
                         yield frames, pos, h
                         pos += h.frame_len
                 elif now - progress_at > self.stall:
