@@ -26,6 +26,8 @@ def summarise(raw: dict[str, Any]) -> dict[str, Any]:
         s["tail_staleness_p50_ms"] = pct(raw["tail_staleness"], 0.5) * 1e3
         s["tail_staleness_p99_ms"] = pct(raw["tail_staleness"], 0.99) * 1e3
         s["reader_batches_speedup"] = raw["reader_batches_speedup"]
+        s["reader_records_rps"] = raw["reader_records_rps"]  # end to end, bound by the transfer
+        s["reader_batches_rps"] = raw["reader_batches_rps"]
     for size in RECORD_SIZES:
         s[f"tput{size}_rps"] = raw[f"tput{size}"]
         s[f"tput{size}_mbps"] = raw[f"tput{size}"] * size / 1e6
