@@ -11,7 +11,7 @@ import qjm
 from qjm._native import framing
 from qjm.client.follow import Follower
 from qjm.client.manager import QuorumJournalManager
-from qjm.errors import FencedError, QuorumError
+from qjm.errors import FencedError, NotFormattedError, QuorumError
 from qjm.protocol.messages import JournalState
 from qjm.testing.faults import FaultPlan
 from qjm.testing.minicluster import MiniJournalCluster
@@ -152,3 +152,8 @@ def test_a_follower_never_yields_what_only_a_minority_holds(cluster: MiniJournal
         t.join(30)
         follower_qjm.close()
     assert got == {i + 1: f"w1-{i}".encode() for i in range(10)} | {i + 11: f"w2-{i}".encode() for i in range(10)}
+
+
+def test_tailing_a_journal_no_node_has_is_a_clear_error(icluster: MiniJournalCluster) -> None:
+    with qjm.open_reader(icluster.uri_for("nobody")) as r, pytest.raises(NotFormattedError):
+        next(r.tail(heartbeat=0.05))

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from qjm._native import framing
 from qjm.client.channel import FollowCall, RemoteLogger
 from qjm.client.manager import QuorumJournalManager
-from qjm.errors import QJMError
+from qjm.errors import ConfigError, NotFormattedError, QJMError
 from qjm.protocol.frame import FrameHeader
 from qjm.protocol.messages import JournalState
 
@@ -66,6 +66,7 @@ class Follower:
         watchdog = threading.Thread(target=self._watch, args=(stop,), name="qjm-follow-watchdog", daemon=True)
         watchdog.start()
         failed_in_a_row = 0
+        refusals: dict[str, QJMError] = {}  # this round's errors no retry can mend
         try:
             while not self._closed.is_set():
                 node = self.nodes[self._turn]
@@ -74,10 +75,16 @@ class Follower:
                     for got in self._follow(node, next_txid):
                         moved = True
                         yield got
+                except (NotFormattedError, ConfigError) as e:
+                    refusals[node.name] = e
+                    if len(refusals) == len(self.nodes):  # every node says so: the caller's mistake
+                        raise
                 except QJMError as e:
                     log.info("following %s from txid %d: %s; trying the next node", node.name, next_txid(), e)
                 if self._closed.is_set():
                     return
+                if moved:
+                    refusals.clear()
                 failed_in_a_row = 0 if moved else failed_in_a_row + 1
                 self.failovers += 1
                 self._turn = (self._turn + 1) % len(self.nodes)

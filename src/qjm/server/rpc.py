@@ -100,7 +100,7 @@ class QJournalServicer(pbg.QJournalServicer):
                 errors.ResourceExhaustedError(f"this node already serves {self._max_followers} followers"),
             )
         try:
-            heartbeat = max(request.heartbeat_ms, 10) / 1000 if request.heartbeat_ms else 1.0
+            heartbeat = min(max(request.heartbeat_ms, 10), 10_000) / 1000 if request.heartbeat_ms else 1.0
             with self._journals.lease(request.journal_id) as j:
                 context.add_callback(j.wake_followers)  # a follower that leaves stops its wait at once
                 for p in follow(j, max(request.from_txid, 1), heartbeat, context.is_active):
