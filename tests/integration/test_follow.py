@@ -12,6 +12,7 @@ from qjm._native import framing
 from qjm.client.follow import Follower
 from qjm.client.manager import QuorumJournalManager
 from qjm.errors import FencedError, NotFormattedError, QuorumError
+from qjm.protocol.frame import FrameHeader
 from qjm.protocol.messages import JournalState
 from qjm.testing.faults import FaultPlan
 from qjm.testing.minicluster import MiniJournalCluster
@@ -157,3 +158,26 @@ def test_a_follower_never_yields_what_only_a_minority_holds(cluster: MiniJournal
 def test_tailing_a_journal_no_node_has_is_a_clear_error(icluster: MiniJournalCluster) -> None:
     with qjm.open_reader(icluster.uri_for("nobody")) as r, pytest.raises(NotFormattedError):
         next(r.tail(heartbeat=0.05))
+
+
+def test_a_slow_consumer_is_not_mistaken_for_a_silent_node(icluster: MiniJournalCluster) -> None:
+    """The follower reads nothing while its caller works on a frame: that is not the node's silence."""
+    w = qjm.open_writer(icluster.uri, create=True)
+    w.append(b"1")
+    w.sync()
+    q = QuorumJournalManager(icluster.uri)
+    follower = Follower(q, heartbeat=0.02, silence=0.1)
+    got: list[tuple[bytes | bytearray, int, FrameHeader]] = []
+    frames = follower.frames(lambda: 1 + len(got))
+    got.append(next(frames))
+    busy = threading.Event()
+    threading.Timer(0.5, busy.set).start()  # the caller works on it for five silences
+    busy.wait()
+    w.append(b"2")
+    w.sync()
+    got.append(next(frames))
+    assert [h.first_txid for _, _, h in got] == [1, 2]
+    assert follower.failovers == 0
+    follower.close()
+    q.close()
+    w.close()

@@ -55,6 +55,7 @@ class Follower:
         self._lock = threading.Lock()
         self._call: FollowCall | None = None
         self._heard_at = 0.0
+        self._consuming = False
         self._closed = threading.Event()
 
     def frames(
@@ -117,7 +118,12 @@ class Follower:
                         h = framing.verify_frame(frames, pos)
                         # A standby that follows knows the epoch to fence above (qjm.client.shared).
                         self.qjm.note_epoch(h.epoch)
-                        yield frames, pos, h
+                        self._consuming = True  # the caller's time, not the node's silence
+                        try:
+                            yield frames, pos, h
+                        finally:
+                            self._consuming = False
+                            self._heard_at = time.monotonic()
                         pos += h.frame_len
                 elif now - progress_at > self.stall:
                     if self._others_ahead(node, max(committed, next_txid() - 1)):
@@ -149,7 +155,7 @@ class Follower:
                 return
             with self._lock:
                 call, heard = self._call, self._heard_at
-            if call is not None and time.monotonic() - heard > self.silence:
+            if call is not None and not self._consuming and time.monotonic() - heard > self.silence:
                 log.info("%s sent nothing for %.1f s; following another node", call.node, self.silence)
                 call.cancel()
                 self._silenced(call)
