@@ -222,7 +222,7 @@ def _tail(a: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        r.qjm.close()
+        r.close()
     return 0
 
 

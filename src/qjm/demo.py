@@ -122,9 +122,8 @@ def _run(records: int, workdir: str) -> int:
         print(f"    B wrote through txid {last} and finalized its segment")
 
         _step(8, "read everything back from the replicas and check every record")
-        r = open_reader(c.uri)
-        got = list(r)
-        r.qjm.close()
+        with open_reader(c.uri) as r:
+            got = list(r)
         expect = [(i, _rec(i)) for i in range(1, last + 1)]
         if got != expect:
             bad = next((x for x, y in zip(got, expect, strict=False) if x != y), None)

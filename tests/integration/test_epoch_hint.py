@@ -78,3 +78,15 @@ def test_a_reader_following_the_open_segment_learns_the_epoch(icluster: MiniJour
     r.qjm.close()
     assert hints.get(r.qjm._hint_key) == w.epoch
     w.close()
+
+
+def test_a_tail_learns_the_epoch_from_the_frames_pushed(icluster: MiniJournalCluster) -> None:
+    hints = EpochHints()
+    w = qjm.open_writer(icluster.uri, create=True)
+    w.append(b"one")
+    w.sync()
+    with qjm.open_reader(icluster.uri) as r:
+        r.qjm._hints = hints  # this reader's process: its own hint store
+        assert next(r.tail()) == (1, b"one")
+        assert hints.get(r.qjm._hint_key) == w.epoch
+    w.close()

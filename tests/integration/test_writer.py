@@ -22,10 +22,10 @@ def test_time_closes_a_batch_without_sync(icluster: MiniJournalCluster) -> None:
     w.append(b"lonely")
     r = qjm.open_reader(icluster.uri)
     stop = threading.Event()
-    got = next(iter(r.tail(poll_interval=0.005, stop=stop)))
+    got = next(iter(r.tail(stop=stop)))
     stop.set()
     assert got == (1, b"lonely")
-    r.qjm.close()
+    r.close()
     w.close()
 
 
@@ -136,7 +136,7 @@ def test_a_stale_data_address_is_asked_again(icluster: MiniJournalCluster) -> No
     w.close()
     r = qjm.open_reader(icluster.uri)
     assert [d for _, d in r] == [b"r%d" % i for i in range(1, 21)]
-    r.qjm.close()
+    r.close()
 
 
 def _closed_port_address() -> str:
@@ -168,7 +168,7 @@ def test_the_separate_prepare_round_recovers_the_same_end(icluster: MiniJournalC
     m.close()
     r = qjm.open_reader(icluster.uri)
     assert [d for _, d in r] == [b"r%d" % i for i in range(1, 8)]
-    r.qjm.close()
+    r.close()
 
 
 def test_cluster_up_serves_until_terminated(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -189,7 +189,7 @@ def test_cluster_up_serves_until_terminated(tmp_path) -> None:  # type: ignore[n
             w.append(b"hello")
         r = qjm.open_reader(uri)
         assert list(r) == [(1, b"hello")]
-        r.qjm.close()
+        r.close()
     finally:
         p.send_signal(signal.SIGTERM)
         assert p.wait(timeout=60) == 0

@@ -173,9 +173,25 @@ def test_verify_frame_on_damaged_input(data: st.DataObject, records: list[bytes]
     frame = py.encode_frame(records, epoch=epoch, segment_txid=seg, first_txid=first)
     pad = data.draw(st.integers(min_value=0, max_value=8))
     buf = damage(data.draw, bytes(pad) + frame)
-    for fn in ("decode_header", "verify_frame", "decode_records"):
+    for fn in ("decode_header", "verify_frame", "decode_records", "pack_records"):
         assert outcome(getattr(c, fn), buf, pad) == outcome(getattr(py, fn), buf, pad), fn
     assert outcome(c.decode_segment_header, buf) == outcome(py.decode_segment_header, buf)
+
+
+@PARITY
+@given(records=records_st, ids=frame_ids(), skip=st.integers(min_value=-2, max_value=35), pad=st.integers(0, 8))
+def test_pack_records(records: list[bytes], ids: tuple[int, int, int], skip: int, pad: int) -> None:
+    """Both pack the same bytes and offsets, equal to the records ``decode_records`` gives."""
+    epoch, seg, first = ids
+    buf = bytes(pad) + py.encode_frame(records, epoch=epoch, segment_txid=seg, first_txid=first)
+    a, b = outcome(c.pack_records, buf, pad, skip), outcome(py.pack_records, buf, pad, skip)
+    assert a == b
+    if skip < 0:
+        assert a.exc_type is ValueError
+        return
+    data, offsets = a.value
+    assert offsets.typecode == "q" and offsets[0] == 0
+    assert [data[offsets[i] : offsets[i + 1]] for i in range(len(offsets) - 1)] == records[skip:]
 
 
 FIELDS = ("magic", "version", "flags", "reserved", "count", "plen", "seg", "first", "epoch", "pxxh", "payload")
@@ -233,7 +249,7 @@ def crafted_frames(draw: st.DrawFn) -> bytes:
 @given(frame=crafted_frames())
 def test_crafted_frames(frame: bytes) -> None:
     """Headers with valid checksums but any field values, over arbitrary payload bytes."""
-    for fn in ("decode_header", "verify_frame", "decode_records"):
+    for fn in ("decode_header", "verify_frame", "decode_records", "pack_records"):
         assert outcome(getattr(c, fn), frame) == outcome(getattr(py, fn), frame), fn
     seg = int.from_bytes(frame[24:32], "little")
     buf = py.encode_segment_header(seg, 1) + frame

@@ -22,6 +22,7 @@ PUBLIC_API: dict[str, tuple[str, ...]] = {
         "decode_header",
         "verify_frame",
         "decode_records",
+        "pack_records",
         "encode_segment_header",
         "decode_segment_header",
         "scan",

@@ -1,5 +1,6 @@
 """Stub of the compiled framing module; same API as ``framing_py`` (checked by mypy.stubtest)."""
 
+from array import array
 from collections.abc import Iterable, Iterator, Sequence
 
 from typing_extensions import Buffer, disjoint_base
@@ -59,6 +60,11 @@ def verify_frame(buf: Buffer, offset: int = 0) -> FrameHeader:
 
 def decode_records(buf: Buffer, offset: int = 0) -> list[bytes]:
     """The records of the verified frame at ``offset``, in txid order."""
+
+def pack_records(buf: Buffer, offset: int = 0, skip: int = 0) -> tuple[bytes, array[int]]:
+    """The records of the verified frame at ``offset`` from the ``skip``-th on, back to back:
+    ``(data, offsets)``, record i being ``data[offsets[i]:offsets[i + 1]]`` (``offsets``: an
+    ``array('q')`` of n + 1 entries, the layout of an Arrow large-binary array)."""
 
 def encode_segment_header(start_txid: int, epoch: int) -> bytes: ...
 def decode_segment_header(buf: Buffer) -> SegmentHeader: ...

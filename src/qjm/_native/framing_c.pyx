@@ -10,6 +10,7 @@ from cpython.buffer cimport (
     PyBUF_C_CONTIGUOUS,
     PyBUF_FORMAT,
     PyBUF_SIMPLE,
+    PyBUF_WRITABLE,
     PyBuffer_Release,
     PyObject_CheckBuffer,
     PyObject_GetBuffer,
@@ -22,6 +23,9 @@ from libc.stdlib cimport free, realloc
 from libc.string cimport memcmp, memcpy, memset
 
 import operator
+from array import array as _array
+
+_ZERO_OFFSET = (0,)
 import struct
 
 from qjm.errors import CorruptFrameError, TornTailError
@@ -793,6 +797,60 @@ def decode_records(buf, Py_ssize_t offset=0):
     finally:
         PyBuffer_Release(&v)
     return out
+
+
+def pack_records(buf, Py_ssize_t offset=0, Py_ssize_t skip=0):
+    """The records of the verified frame at ``offset`` from the ``skip``-th on, back to back:
+    ``(data, offsets)``, record i being ``data[offsets[i]:offsets[i + 1]]`` (``offsets``: an
+    ``array('q')`` of n + 1 entries, the layout of an Arrow large-binary array)."""
+    cdef Py_buffer v
+    cdef Py_buffer ov
+    cdef fhdr h
+    cdef const unsigned char *p
+    cdef const unsigned char *q
+    cdef uint32_t n = 0
+    cdef Py_ssize_t i
+    cdef Py_ssize_t total = 0
+    cdef Py_ssize_t kept
+    cdef int64_t *offs
+    cdef char *dst
+    cdef bytes data
+    _check_offset(offset)
+    if skip < 0:
+        raise ValueError(f"skip must be >= 0, got {skip}")
+    PyObject_GetBuffer(buf, &v, PyBUF_SIMPLE)
+    try:
+        p = <const unsigned char *>v.buf
+        _verify(p, v.len, offset, &h, True)
+        p += offset + HDR
+        kept = h.record_count - skip if skip < h.record_count else 0
+        offsets = _array("q", _ZERO_OFFSET) * (kept + 1)
+        PyObject_GetBuffer(offsets, &ov, PyBUF_WRITABLE)
+        try:
+            offs = <int64_t *>ov.buf
+            # the sizes first, so that the data is one allocation written once
+            q = p
+            for i in range(h.record_count):
+                memcpy(&n, q, PREFIX)
+                q += PREFIX
+                if i >= skip:
+                    total += n
+                    offs[i - skip + 1] = total
+                q += n
+        finally:
+            PyBuffer_Release(&ov)
+        data = PyBytes_FromStringAndSize(NULL, total)
+        dst = PyBytes_AS_STRING(data)
+        for i in range(h.record_count):
+            memcpy(&n, p, PREFIX)
+            p += PREFIX
+            if i >= skip:
+                memcpy(dst, p, n)
+                dst += n
+            p += n
+    finally:
+        PyBuffer_Release(&v)
+    return data, offsets
 
 
 def encode_segment_header(start_txid, epoch):

@@ -6,6 +6,7 @@ tests cross-check two implementations rather than one (style-anchors R4).
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import cast
@@ -340,6 +341,29 @@ def decode_records(buf: Buffer, offset: int = 0) -> list[bytes]:
         out.append(bytes(mv[pos : pos + n]))
         pos += n
     return out
+
+
+def pack_records(buf: Buffer, offset: int = 0, skip: int = 0) -> tuple[bytes, array[int]]:
+    """The records of the verified frame at ``offset`` from the ``skip``-th on, back to back:
+    ``(data, offsets)``, record i being ``data[offsets[i]:offsets[i + 1]]`` (``offsets``: an
+    ``array('q')`` of n + 1 entries, the layout of an Arrow large-binary array)."""
+    h = verify_frame(buf, offset)
+    if skip < 0:
+        raise ValueError(f"skip must be >= 0, got {skip}")
+    mv = memoryview(buf)
+    pos = offset + FRAME_HEADER_SIZE
+    parts: list[memoryview] = []
+    offsets = array("q", [0])
+    total = 0
+    for i in range(h.record_count):
+        (n,) = RECORD_PREFIX.unpack_from(mv, pos)
+        pos += RECORD_PREFIX_SIZE
+        if i >= skip:
+            parts.append(mv[pos : pos + n])
+            total += n
+            offsets.append(total)
+        pos += n
+    return b"".join(parts), offsets
 
 
 def encode_segment_header(start_txid: int, epoch: int) -> bytes:

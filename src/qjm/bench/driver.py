@@ -14,6 +14,7 @@ from typing import Any
 from qjm._native import capabilities
 from qjm.bench.floor import run_c_floors, worker_floor
 from qjm.bench.peers import PEERS, measure
+from qjm.bench.pipeline import worker_tail
 from qjm.bench.report import peer_goals, peers_table, plot_result, summarise, table
 from qjm.bench.workers import run_peer_worker, run_worker, worker_process_failover, worker_qjm
 from qjm.bench.workload import FULL, PURE_SCALE, SMOKE
@@ -87,7 +88,7 @@ def run_from(a: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m qjm.bench", description=DESCRIPTION)
     add_arguments(p)
-    p.add_argument("--worker", choices=["floor", "qjm", "peer", "process-failover"], help=argparse.SUPPRESS)
+    p.add_argument("--worker", choices=["floor", "qjm", "peer", "process-failover", "tail"], help=argparse.SUPPRESS)
     p.add_argument("--uri", help=argparse.SUPPRESS)
     p.add_argument("--follow", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--peer", help=argparse.SUPPRESS)
@@ -96,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.worker == "process-failover":
         print(worker_process_failover(a.uri, a.follow))
+        return 0
+    if a.worker == "tail":
+        worker_tail(a.uri, a.follow)
         return 0
     if a.worker:
         cfg = dict(SMOKE if a.smoke else FULL)

@@ -13,3 +13,6 @@ NATIVE_OVER_PURE: Final = 10.0  # qjm native throughput >= this x qjm pure
 LATENCY_OVER_PEER: Final = 0.4  # qjm native sync p50 <= this x the best durable peer's
 THROUGHPUT_OVER_PEER: Final = 50.0  # qjm native 1 KiB records/s >= this x the best durable peer's
 # and ahead of every peer that is not durable per commit, on both figures
+TAIL_STALENESS_P50_MS: Final = 1.0  # sync returned -> record yielded by a tail in another process
+TAIL_STALENESS_P99_MS: Final = 5.0
+BATCHES_SPEEDUP: Final = 5.0  # Reader.batches() records/s >= this x per-record iteration's

@@ -22,6 +22,12 @@ def summarise(raw: dict[str, Any]) -> dict[str, Any]:
         "failover_cold_p50_ms": pct(raw.get("failover_cold", raw["failover"]), 0.5) * 1e3,
         "failover_same_process_p50_ms": pct(raw.get("failover_same_process", raw["failover"]), 0.5) * 1e3,
     }
+    if "tail_staleness" in raw:  # qjm only: a follower in another process (``pipeline``)
+        s["tail_staleness_p50_ms"] = pct(raw["tail_staleness"], 0.5) * 1e3
+        s["tail_staleness_p99_ms"] = pct(raw["tail_staleness"], 0.99) * 1e3
+        s["reader_batches_speedup"] = raw["reader_batches_speedup"]
+        s["reader_records_rps"] = raw["reader_records_rps"]  # end to end, bound by the transfer
+        s["reader_batches_rps"] = raw["reader_batches_rps"]
     for size in RECORD_SIZES:
         s[f"tput{size}_rps"] = raw[f"tput{size}"]
         s[f"tput{size}_mbps"] = raw[f"tput{size}"] * size / 1e6
@@ -92,6 +98,9 @@ def table(result: dict[str, Any]) -> str:
                     "end: a node fell more than queued_edits_limit_bytes behind and was dropped until the next "
                     "segment, so that figure is for fewer replicas than the floor's."
                 )
+    if "tail_staleness_p50_ms" in n:
+        lines.append("")
+        lines.append(pipeline_note(n, p))
     if "c_floors" in result:
         lines.append("")
         lines.append(c_floor_note(result["c_floors"], n))
@@ -120,6 +129,24 @@ def roll_note(who: str, v: dict[str, Any]) -> str:
         f"automatic roll, qjm {who}: pipelined {ROLL_RECORD} B records/s rolling every {v['roll_every_s']:g} s "
         f"({v['rolls']} rolls) {_fmt(v['tput_roll_rps'])} against {_fmt(v['tput_noroll_rps'])} with rolls off, "
         f"in alternating phases: pipelined_roll_ratio {ratio:.2f} (goal >= {goals.ROLL_OVER_NO_ROLL}: {verdict})"
+    )
+
+
+def pipeline_note(native: dict[str, Any], pure: dict[str, Any]) -> str:
+    """Followers and packed reading (``pipeline``), against their goals."""
+
+    def met(ok: bool) -> str:
+        return "met" if ok else "MISSED"
+
+    keys = ("tail_staleness_p50_ms", "tail_staleness_p99_ms", "reader_batches_speedup")
+    p50, p99, speedup = (native[k] for k in keys)
+    return (
+        f"tail staleness (sync returned -> yielded by a tail in another process), qjm native: p50 {p50:.2f} ms "
+        f"(goal <= {goals.TAIL_STALENESS_P50_MS:g}: {met(p50 <= goals.TAIL_STALENESS_P50_MS)}), p99 {p99:.2f} ms "
+        f"(goal <= {goals.TAIL_STALENESS_P99_MS:g}: {met(p99 <= goals.TAIL_STALENESS_P99_MS)}); pure: p50 "
+        f"{pure.get('tail_staleness_p50_ms', float('nan')):.2f} ms. Reader.batches() reads {speedup:.1f}x the "
+        f"records/s of per-record iteration (goal >= {goals.BATCHES_SPEEDUP:g}x: "
+        f"{met(speedup >= goals.BATCHES_SPEEDUP)})."
     )
 
 

@@ -16,6 +16,7 @@ import sys
 import time
 from typing import Any
 
+from qjm.bench.pipeline import batches_speedup, tail_staleness
 from qjm.bench.workload import (
     FAILOVER_WARMUP,
     LATENCY_RECORD,
@@ -49,6 +50,8 @@ def worker_qjm(base: str, cfg: dict[str, float]) -> dict[str, Any]:
             w.sync()
             lat.append(time.perf_counter() - t)
         out["latency"] = lat
+        out["tail_staleness"] = tail_staleness(c.uri, w, int(cfg["tail_rounds"]))
+        out |= batches_speedup(c.uri, w, int(cfg["read_records"]))
         pids = [n.proc.pid for n in c.nodes if n.proc is not None]
         for size in RECORD_SIZES:
             w.roll()

@@ -16,9 +16,14 @@ RECORD_SIZES: Final = (100, 1024)
 LATENCY_RECORD: Final = 1024
 BATCH_BYTES: Final = 64 * 1024  # the Writer's default batch_bytes
 
-# latency rounds, seconds per throughput phase, failover repetitions (warm and cold)
-FULL: Final = {"rounds": 3000, "seconds": 4.0, "failovers": 15, "cold_failovers": 9}
-SMOKE: Final = {"rounds": 30, "seconds": 0.3, "failovers": 2, "cold_failovers": 1}
+# latency rounds, seconds per throughput phase, failover repetitions (warm and cold), records
+# whose tail staleness is measured, records read back one by one and packed
+FULL: Final = {
+    "rounds": 3000, "seconds": 4.0, "failovers": 15, "cold_failovers": 9, "tail_rounds": 1000, "read_records": 200_000,
+}  # fmt: skip
+SMOKE: Final = {
+    "rounds": 30, "seconds": 0.3, "failovers": 2, "cold_failovers": 1, "tail_rounds": 20, "read_records": 5000,
+}  # fmt: skip
 FAILOVER_WARMUP: Final = 3  # takeovers run before the counted ones (after the throughput phases)
 ROLL_EVERY: Final = 1.0  # seconds between the writer's own rolls in the roll variant (roll_interval)
 ROLL_RECORD: Final = 1024  # record size of the roll variant's pipelined phases

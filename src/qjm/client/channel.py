@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, wait
 from functools import partial
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 import xxhash
@@ -28,7 +28,7 @@ from qjm import errors
 from qjm._native import backend_of
 from qjm.addresses import reachable_at
 from qjm.client import shared
-from qjm.client.data_link import DataLink
+from qjm.client.data_link import DataLink, encode_commit
 from qjm.client.fanout_link import FanoutLink, shared_engine
 from qjm.client.link_batch import Delivery
 from qjm.client.loggers import CallHooks, WriterLife
@@ -94,6 +94,33 @@ def tls_hint(details: str, tls: bool | None) -> str:
             return " (if the node is up, it refused this client's certificate: not of its CA, or expired)"
         return " (if the node is up, it may require mutual TLS: give tls_ca, tls_cert and tls_key)"
     return ""
+
+
+class FollowCall:
+    """One node's push of committed frames (design §3.1): ``(frames, first_txid, last_txid,
+    committed_txid)`` per message, ``frames`` empty on a heartbeat. ``cancel`` (from any thread)
+    ends the iteration quietly; any other end raises the node's typed error."""
+
+    def __init__(self, node: str, call: Any, tls: bool) -> None:
+        self.node = node
+        self._call = call
+        self._tls = tls
+        self._cancelled = False
+
+    def __iter__(self) -> Iterator[tuple[bytes, int, int, int]]:
+        try:
+            for c in self._call:
+                yield c.frames, c.first_txid, c.last_txid, c.committed_txid
+        except grpc.RpcError as e:
+            if self._cancelled:
+                return
+            raise error_from_rpc(self.node, e, tls=self._tls) from None
+        if not self._cancelled:
+            raise NodeUnavailableError(f"{self.node}: the node ended the follow")
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        self._call.cancel()
 
 
 def _close_unused_link(fut: Future[DataLink]) -> None:
@@ -479,6 +506,12 @@ class RemoteLogger(NodeStateView[Ticket]):
             raise error_from_rpc(self._name, e, tls=self.config.tls is not None) from None
         raise NodeUnavailableError(f"{self._name}: download of segment {segment} ended early")
 
+    def follow(self, since: int, heartbeat: float) -> FollowCall:
+        """Be pushed this node's committed frames from txid ``since`` on, with a heartbeat every
+        ``heartbeat`` seconds without news; lasts until cancelled or the node goes."""
+        req = pb.FollowRequest(journal_id=self.journal_id, from_txid=since, heartbeat_ms=max(1, int(heartbeat * 1000)))
+        return FollowCall(self._name, self._stub.Follow(req), self.config.tls is not None)
+
     def status(self) -> Future[dict[str, object]]:
         t = self.config.timeouts.connect
         return self._call(
@@ -566,6 +599,17 @@ class RemoteLogger(NodeStateView[Ticket]):
         if isinstance(route, Refusal):
             fut.set_exception(self._refused(route))
         return fut
+
+    def announce_committed(self) -> None:
+        """Send the committed txid on the data plane now, if it moved since the last notice and
+        the node is taking this segment's batches (else the notice waits for the next batch)."""
+        with self._lock:
+            link = self._link
+            if link is None or self._state.starting or self._state.out_of_sync:
+                return
+            notice = encode_commit(self._state.commit_notice())
+            if notice is not None:
+                link.send_notice(notice)
 
     def deliver_batch(self, frame: bytes, first_txid: int, last_txid: int) -> Delivery:
         """``send_batch`` without a future, for ``native_acks`` loggers: where the batch went.

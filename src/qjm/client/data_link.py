@@ -39,6 +39,10 @@ class DataLink(Protocol):
         ``acked_txid`` and ``failed``."""
         ...
 
+    def send_notice(self, notice: bytes) -> None:
+        """Send a COMMIT notice on its own, between batches (nothing to acknowledge)."""
+        ...
+
     def acked_txid(self) -> int:
         """Highest txid the node has acknowledged as durable on this link, even after it failed."""
         ...

@@ -155,6 +155,11 @@ class FanoutLink:
             notice = None if commit is None else wire.encode_commit(*commit)
             self._engine.fanout.send(self._id, frame, last_txid, notice)
 
+    def send_notice(self, notice: bytes) -> None:
+        with self._lock:
+            if self.failed is None and not self.closed:
+                self._engine.fanout.send(self._id, notice)
+
     def acked_txid(self) -> int:
         """Highest txid this node has acknowledged as durable on this link, even after it failed."""
         with self._lock:

@@ -154,6 +154,10 @@ class LoggerSet:
         for lg in self.loggers:
             lg.set_committed_txid(txid)
 
+    def announce_committed(self) -> None:
+        """Send the committed txid to the nodes now (design §3.1). A set whose nodes serve no
+        followers (the simulator's) sends nothing: its notices go ahead of the next batch."""
+
     def call(self, fn: Callable[[Logger], Future[T]]) -> QuorumCall[T]:
         return QuorumCall({lg.name: fn(lg) for lg in self.loggers})
 

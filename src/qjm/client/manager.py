@@ -323,6 +323,9 @@ class QuorumJournalManager:
         self.committed_txid = txid
         self.loggers.set_committed_txid(txid)
 
+    def announce_committed(self) -> None:
+        self.loggers.announce_committed()
+
     # -- reading -----------------------------------------------------------------------------
 
     def get_edit_log_manifest(self, since: int, in_progress_ok: bool = False) -> dict[str, EditLogManifest]:

@@ -4,6 +4,7 @@ Finalized segments are decided (design §3), so any replica serves them; the rea
 and, if that node dies mid-read, resumes from the next txid on another replica that holds at least
 as much. The in-progress segment is read only up to what a majority of the current writer's nodes
 hold (reference §4.3): the quorum-th highest count among replies from the newest writer epoch.
+``tail`` is pushed committed frames by one node at a time instead (``qjm.client.follow``, design §3.1).
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 from qjm._native import framing
+from qjm.client.follow import Follower
 from qjm.client.manager import QuorumJournalManager
+from qjm.client.record_batch import RecordBatch
 from qjm.client.replicas import ReplicaReader, finalized_segments
 from qjm.client.segment_stream import committed_in_progress
 from qjm.config import QJMConfig
-from qjm.errors import CorruptFrameError, NotFoundError
-from qjm.protocol.messages import JournaledEdits
+from qjm.errors import CorruptFrameError, NotFoundError, QJMError
+from qjm.protocol.frame import FrameHeader
 from qjm.security.tls import TlsConfig
 
 log = logging.getLogger("qjm.reader")
@@ -45,57 +48,117 @@ class Reader:
         self.include_in_progress = include_in_progress
         self.max_txns = max_txns_per_poll
         self._replicas = ReplicaReader(qjm)
+        self._follower: Follower | None = None
+        self._closed = False
+
+    def __enter__(self) -> Reader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """End a ``tail`` in progress (from any thread) and release the nodes. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._follower is not None:
+            self._follower.close()
+        self.qjm.close()
 
     def __iter__(self) -> Iterator[Record]:
         """Everything committed now, from ``next_txid`` on; ends when caught up."""
+        for buf, pos, h, limit in self._committed_frames():
+            yield from self._records_of(buf, pos, h.first_txid, limit)
+
+    def batches(self) -> Iterator[RecordBatch]:
+        """``__iter__`` packed: a ``RecordBatch`` per frame (one buffer and an offsets array), no
+        Python object per record."""
+        for buf, pos, h, limit in self._committed_frames():
+            b = self._batch_of(buf, pos, h, limit)
+            if b is not None:
+                yield b
+
+    def _committed_frames(self) -> Iterator[tuple[bytes | bytearray, int, FrameHeader, int]]:
+        """``(buffer, offset, header, limit)`` of each frame holding committed txids from
+        ``next_txid`` on (``limit``: the last of them the frame may give); the caller takes the
+        records and moves ``next_txid`` before asking for the next frame."""
         while True:
-            got = False
-            for rec in self._read_finalized():
-                got = True
-                yield rec
+            before = self.next_txid
+            for seg in finalized_segments(self.qjm, self.next_txid):
+                if seg.start > self.next_txid:
+                    raise NotFoundError(
+                        f"gap in the journal: next txid {self.next_txid} is in no finalized segment the nodes "
+                        f"listed (next segment starts at {seg.start})"
+                    )
+                for buf, pos, h in self._replicas.frames(seg, self.next_txid, seg.end):
+                    yield buf, pos, h, seg.end
             if self.include_in_progress:
-                for rec in self._read_in_progress():
-                    got = True
-                    yield rec
-            if not got:
+                since = self.next_txid
+                durable, edits = committed_in_progress(self.qjm, since, self.max_txns)
+                if edits is not None:
+                    limit = since + durable - 1
+                    pos = 0
+                    while pos < len(edits.frames) and self.next_txid <= limit:
+                        h = framing.verify_frame(edits.frames, pos)
+                        yield edits.frames, pos, h, limit
+                        pos += h.frame_len
+            if self.next_txid == before:
                 return
 
-    def tail(self, poll_interval: float = 0.05, stop: threading.Event | None = None) -> Iterator[Record]:
-        """Follow the journal: yields committed records as they appear, until ``stop`` is set."""
-        stop = stop or threading.Event()
-        saved = self.include_in_progress
-        self.include_in_progress = True
-        try:
-            while not stop.is_set():
-                got = False
-                for rec in self:
-                    got = True
-                    yield rec
-                if not got:
-                    stop.wait(poll_interval)
-        finally:
-            self.include_in_progress = saved
+    def tail(self, stop: threading.Event | None = None, *, heartbeat: float = 0.25) -> Iterator[Record]:
+        """Follow the journal: yields committed records as the nodes learn they are committed,
+        until ``stop`` is set or ``close`` is called (design §3.1).
 
-    # -- finalized segments ------------------------------------------------------------------
+        One node at a time pushes them (``qjm.client.follow``); when it dies, goes silent for a
+        few heartbeats, or lags the others, the next one takes over from the next txid. Never a
+        record that is not committed, never one twice.
+        """
+        for buf, pos, h in self._followed_frames(stop, heartbeat):
+            yield from self._records_of(buf, pos, h.first_txid, h.last_txid)
+
+    def tail_batches(self, stop: threading.Event | None = None, *, heartbeat: float = 0.25) -> Iterator[RecordBatch]:
+        """``tail`` packed: a ``RecordBatch`` per frame pushed (``batches``)."""
+        for buf, pos, h in self._followed_frames(stop, heartbeat):
+            b = self._batch_of(buf, pos, h, h.last_txid)
+            if b is not None:
+                yield b
+
+    def _followed_frames(
+        self, stop: threading.Event | None, heartbeat: float
+    ) -> Iterator[tuple[bytes | bytearray, int, FrameHeader]]:
+        if self._closed:
+            raise QJMError("this reader is closed")
+        follower = self._follower = Follower(self.qjm, heartbeat=heartbeat)
+        yield from follower.frames(lambda: self.next_txid, stop)
+
+    # -- where the reader is, and how records come out of a frame ----------------------------
 
     @property
     def failovers(self) -> int:
-        return self._replicas.failovers
+        return self._replicas.failovers + (self._follower.failovers if self._follower is not None else 0)
 
     @property
     def current_node(self) -> str:
-        """The replica the reader is streaming a finalized segment from."""
+        """The replica the reader is streaming from (a finalized segment, or the tail it follows)."""
+        if self._follower is not None:
+            return self._follower.current_node
         return self._replicas.current_node
 
-    def _read_finalized(self) -> Iterator[Record]:
-        for seg in finalized_segments(self.qjm, self.next_txid):
-            if seg.start > self.next_txid:
-                raise NotFoundError(
-                    f"gap in the journal: next txid {self.next_txid} is in no finalized segment the nodes listed "
-                    f"(next segment starts at {seg.start})"
-                )
-            for buf, pos, h in self._replicas.frames(seg, self.next_txid, seg.end):
-                yield from self._records_of(buf, pos, h.first_txid, seg.end)
+    def _batch_of(self, buf: bytes | bytearray, pos: int, h: FrameHeader, limit: int) -> RecordBatch | None:
+        """The records of a frame from ``next_txid`` through ``limit``, packed; moves ``next_txid``."""
+        first = self.next_txid
+        if h.first_txid > first:
+            raise CorruptFrameError(f"txid gap: expected {first}, frame starts at {h.first_txid}")
+        if first > min(h.last_txid, limit):
+            return None
+        data, offsets = framing.pack_records(buf, pos, first - h.first_txid)
+        n = min(len(offsets) - 1, limit - first + 1)
+        if n < len(offsets) - 1:
+            del offsets[n + 1 :]
+            data = data[: offsets[n]]
+        self.next_txid = first + n
+        return RecordBatch(first, data, offsets)
 
     def _records_of(self, buf: bytes | bytearray, pos: int, first: int, limit: int) -> Iterator[Record]:
         if first > self.next_txid:
@@ -108,22 +171,6 @@ class Reader:
             if txid == self.next_txid:
                 self.next_txid += 1
                 yield txid, rec
-
-    # -- the in-progress segment -------------------------------------------------------------
-
-    def _read_in_progress(self) -> Iterator[Record]:
-        since = self.next_txid
-        durable, edits = committed_in_progress(self.qjm, since, self.max_txns)
-        if edits is not None:
-            yield from self._records_from_edits(edits, since + durable - 1)
-
-    def _records_from_edits(self, edits: JournaledEdits, limit: int) -> Iterator[Record]:
-        buf = edits.frames
-        pos = 0
-        while pos < len(buf) and self.next_txid <= limit:
-            h = framing.verify_frame(buf, pos)
-            yield from self._records_of(buf, pos, h.first_txid, limit)
-            pos += h.frame_len
 
 
 def open_reader(

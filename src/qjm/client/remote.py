@@ -39,6 +39,10 @@ class RemoteLoggerSet(LoggerSet):
             )
         return super().send_batch(frame, first_txid, last_txid)
 
+    def announce_committed(self) -> None:
+        for lg in self._remote:
+            lg.announce_committed()
+
 
 def open_loggers(uri: JournalURI, config: QJMConfig, hooks: CallHooks | None, life: WriterLife) -> LoggerSet:
     """One ``RemoteLogger`` per node of ``uri``, sharing the writer's ``life``."""

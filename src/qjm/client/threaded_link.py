@@ -54,6 +54,9 @@ class ThreadedLink:
     def send_untracked(self, frame: bytes, last_txid: int, commit: CommitNotice | None) -> None:
         raise TypeError(f"{type(self).__name__} tracks every batch with a future")
 
+    def send_notice(self, notice: bytes) -> None:
+        self._q.put(notice)
+
     def acked_txid(self) -> int:
         return self._batches.acked
 

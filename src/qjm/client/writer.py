@@ -387,10 +387,15 @@ class Writer:
 
     def _wait_until(self, target: int) -> None:
         with self._lock:
+            before = self._committed
             while self._inflight and self._inflight[0].first <= target:
                 self._reap_oldest()
             self._check()
             self._check_started()  # a sync or roll in a segment no batch has committed in yet
+            if self._committed > before:
+                # Followers are pushed only what a node knows committed (design §3.1): tell the
+                # nodes now rather than ahead of the next batch, which may be long in coming.
+                self.qjm.announce_committed()
 
     def _flush_by_time(self) -> None:
         """Close a batch ``batch_delay`` after its first record, if nothing else closed it first.
@@ -399,8 +404,22 @@ class Writer:
         each one: a writer that syncs every record would otherwise pay two thread switches per
         commit (the wake-up, then the wait for the writer's lock). It sleeps until notified (or
         until the segment is due to roll by age) only after a whole ``batch_delay`` without an open
-        batch. A segment that ages while no batch closes is rolled here.
+        batch. A segment that ages while no batch closes is rolled here. A batch it closed is
+        waited for outside the lock, then counted committed and announced (``_wait_until``):
+        followers see records nobody synced (design §3.1).
         """
+        while True:
+            closed = self._close_batch_by_time()
+            if closed is None:
+                return
+            try:
+                closed.call.wait_for_write_quorum(self.config.timeouts.write_txns, "journal")
+                self._wait_until(closed.last)
+            except QJMError:
+                return  # the writer has failed: its next call says why
+
+    def _close_batch_by_time(self) -> _Batch | None:
+        """Wait until a batch is due and close it; returns it (None: the writer is done)."""
         delay = self.config.batch_delay
         with self._lock:
             while not self._closed and self._error is None:
@@ -408,12 +427,14 @@ class Writer:
                 try:
                     if self._batch_started_at and self._batch_started_at + delay <= now:
                         self._flush()  # rolls too when the segment is full or old enough
+                        if self._inflight:
+                            return self._inflight[-1]
                         continue
                     if self._roll_due(now):  # by age, with no batch closing to notice it
                         self._roll()
                         continue
                 except QJMError:
-                    return
+                    return None
                 roll_in = self._until_roll(now)
                 if self._batch_started_at:
                     due = self._batch_started_at + delay - now
@@ -428,6 +449,7 @@ class Writer:
                     self._batch_opened.wait(roll_in)
                 finally:
                     self._timer_idle = False
+            return None
 
 
 def open_writer(

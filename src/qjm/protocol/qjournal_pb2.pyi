@@ -243,3 +243,25 @@ class NodeStatusResponse(_message.Message):
     JSON_FIELD_NUMBER: _ClassVar[int]
     json: str
     def __init__(self, json: _Optional[str] = ...) -> None: ...
+
+class FollowRequest(_message.Message):
+    __slots__ = ("journal_id", "from_txid", "heartbeat_ms")
+    JOURNAL_ID_FIELD_NUMBER: _ClassVar[int]
+    FROM_TXID_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_MS_FIELD_NUMBER: _ClassVar[int]
+    journal_id: str
+    from_txid: int
+    heartbeat_ms: int
+    def __init__(self, journal_id: _Optional[str] = ..., from_txid: _Optional[int] = ..., heartbeat_ms: _Optional[int] = ...) -> None: ...
+
+class FollowChunk(_message.Message):
+    __slots__ = ("frames", "first_txid", "last_txid", "committed_txid")
+    FRAMES_FIELD_NUMBER: _ClassVar[int]
+    FIRST_TXID_FIELD_NUMBER: _ClassVar[int]
+    LAST_TXID_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_TXID_FIELD_NUMBER: _ClassVar[int]
+    frames: bytes
+    first_txid: int
+    last_txid: int
+    committed_txid: int
+    def __init__(self, frames: _Optional[bytes] = ..., first_txid: _Optional[int] = ..., last_txid: _Optional[int] = ..., committed_txid: _Optional[int] = ...) -> None: ...

@@ -99,6 +99,11 @@ class QJournalStub:
                 request_serializer=qjm_dot_protocol_dot_qjournal__pb2.JournalIdRequest.SerializeToString,
                 response_deserializer=qjm_dot_protocol_dot_qjournal__pb2.NodeStatusResponse.FromString,
                 _registered_method=True)
+        self.Follow = channel.unary_stream(
+                '/qjm.QJournal/Follow',
+                request_serializer=qjm_dot_protocol_dot_qjournal__pb2.FollowRequest.SerializeToString,
+                response_deserializer=qjm_dot_protocol_dot_qjournal__pb2.FollowChunk.FromString,
+                _registered_method=True)
 
 
 class QJournalServicer:
@@ -182,6 +187,12 @@ class QJournalServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Follow(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QJournalServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -249,6 +260,11 @@ def add_QJournalServicer_to_server(servicer, server):
                     servicer.Status,
                     request_deserializer=qjm_dot_protocol_dot_qjournal__pb2.JournalIdRequest.FromString,
                     response_serializer=qjm_dot_protocol_dot_qjournal__pb2.NodeStatusResponse.SerializeToString,
+            ),
+            'Follow': grpc.unary_stream_rpc_method_handler(
+                    servicer.Follow,
+                    request_deserializer=qjm_dot_protocol_dot_qjournal__pb2.FollowRequest.FromString,
+                    response_serializer=qjm_dot_protocol_dot_qjournal__pb2.FollowChunk.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -602,6 +618,33 @@ class QJournal:
             '/qjm.QJournal/Status',
             qjm_dot_protocol_dot_qjournal__pb2.JournalIdRequest.SerializeToString,
             qjm_dot_protocol_dot_qjournal__pb2.NodeStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Follow(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/qjm.QJournal/Follow',
+            qjm_dot_protocol_dot_qjournal__pb2.FollowRequest.SerializeToString,
+            qjm_dot_protocol_dot_qjournal__pb2.FollowChunk.FromString,
             options,
             channel_credentials,
             insecure,

@@ -145,6 +145,10 @@ class Journal:
         self._clock = clock
         self.hooks = hooks or JournalHooks()
         self._lock = threading.RLock()
+        # Signalled whenever what a follower may be pushed changes: the committed txid advances, a
+        # segment is finalized or started, the journal closes (design §3.1).
+        self._advanced = threading.Condition(self._lock)
+        self._closed = False
         self._ns = storage.read_namespace()
         self._promised = storage.read_long(PROMISED) or 0
         self._writer_epoch = storage.read_long(WRITER) or 0
@@ -243,6 +247,7 @@ class Journal:
         if txid > self._committed:
             self._committed = txid
             self.storage.write_long(COMMITTED, txid, durable=False)
+            self._advanced.notify_all()
 
     def _committed_cap(self) -> int:
         """The highest txid this node holds durably: in its open segment, or its log end."""
@@ -383,6 +388,7 @@ class Journal:
             self._open = _OpenSegment(txid, appender, txid, [])
             self.stats.out_of_sync = False
             self._highest_written = max(self._highest_written, txid - 1)
+            self._advanced.notify_all()
 
     def _set_aside_stale_segment(self, seg: SegmentFile, res: framing.ScanResult, epoch: int) -> None:
         """Make way for a writer in ``epoch`` restarting segment ``seg.start``, or refuse.
@@ -563,6 +569,7 @@ class Journal:
             self._remember_finalized(finalized_name(start, end), res)
         self.storage.delete_paxos(start)
         self._highest_written = max(self._highest_written, end)
+        self._advanced.notify_all()
         log.info("journal %s: finalized segment %d-%d", self.journal_id, start, end)
 
     def purge_logs(self, req: RequestInfo, min_txid_to_keep: int, *, admin: bool = False) -> None:
@@ -755,6 +762,81 @@ class Journal:
                 )
             return data[: res.valid_end], SegmentState(segment, res.last_txid, seg.in_progress, res.last_epoch)
 
+    # -- following ---------------------------------------------------------------------------
+
+    @property
+    def committed_txid(self) -> int:
+        return self._committed
+
+    def wake_followers(self) -> None:
+        """Wake every ``wait_committed_frames`` (a follower went away, the node is stopping)."""
+        with self._lock:
+            self._advanced.notify_all()
+
+    def wait_committed_frames(self, since: int, max_bytes: int, timeout: float) -> tuple[bytes, int, int] | None:
+        """``committed_frames``, waiting up to ``timeout`` for some; None if none came (or woken)."""
+        with self._lock:
+            got = self.committed_frames(since, max_bytes)
+            if got is None and not self._closed:
+                self._advanced.wait(timeout)
+                got = self.committed_frames(since, max_bytes)
+            return got
+
+    def committed_frames(self, since: int, max_bytes: int) -> tuple[bytes, int, int] | None:
+        """``(frames, first_txid, last_txid)``: whole frames from the one holding ``since`` on, all
+        of them committed as far as this node knows (design §3.1); None when there is none yet.
+
+        A finalized segment is decided (invariant 5): the rest of it is served at once, read once
+        (the caller splits it). The open segment is served only through the committed txid, only
+        while no newer writer has been promised (a recovery may yet cut it), only whole frames, at
+        most ``max_bytes`` of them (at least one).
+        Raises ``NotFoundError`` when ``since`` is held here in a form this node cannot vouch for
+        (an in-progress copy it does not have open: a restarted or recovering node) or was purged:
+        the follower asks another node.
+        """
+        with self._lock:
+            self._check_formatted()
+            if self._closed:
+                raise NotFoundError(f"journal {self.journal_id} is closing on this node")
+            seg = self._open
+            if seg is not None and seg.start <= since:
+                if self._writer_epoch != self._promised:
+                    return None
+                limit = self._committed
+                return self._frames_of_index(seg.start, seg.index, since, limit, max_bytes)
+            segments = self.storage.list_segments()
+            for f in segments:
+                if f.end is not None and f.start <= since <= f.end:
+                    return self._finalized_frames(f, since)
+            if since <= self._highest_written or (segments and since < segments[0].start):
+                raise NotFoundError(
+                    f"txid {since} is not in a finalized or open segment on this node: follow another node"
+                )
+            return None
+
+    def _frames_of_index(
+        self, start: int, index: Sequence[tuple[int, int, int, int]], since: int, limit: int, max_bytes: int
+    ) -> tuple[bytes, int, int] | None:
+        picked = _pick_frames(index, since, limit, max_bytes)
+        if not picked:
+            return None
+        lo, hi = picked[0][2], picked[-1][2] + picked[-1][3]
+        data = self.storage.read_segment(SegmentFile(start, None, inprogress_name(start)), lo, hi - lo)
+        return data, picked[0][0], picked[-1][1]
+
+    def _finalized_frames(self, seg: SegmentFile, since: int) -> tuple[bytes, int, int]:
+        """Every frame of a finalized segment from the one holding ``since``: read once, whatever its size."""
+        data = self.storage.read_segment(seg)
+        pos = SEGMENT_HEADER_SIZE
+        while pos < len(data):
+            h = framing.decode_header(data, pos)
+            if h.last_txid >= since:
+                if h.first_txid > since:
+                    break
+                return data[pos:], h.first_txid, seg.end if seg.end is not None else h.last_txid
+            pos += h.frame_len
+        raise CorruptFrameError(f"finalized segment {seg.name} does not hold txid {since}")
+
     # -- internals ---------------------------------------------------------------------------
 
     def _abort_open(self) -> None:
@@ -765,6 +847,8 @@ class Journal:
     def close(self) -> None:
         with self._lock:
             self._abort_open()
+            self._closed = True
+            self._advanced.notify_all()
 
     def _find(self, start: int) -> SegmentFile | None:
         for seg in self.storage.list_segments():
@@ -900,6 +984,23 @@ class Journal:
                 "purged_segments": self.stats.purged_segments,
                 "purged_bytes": self.stats.purged_bytes,
             }
+
+
+def _pick_frames(
+    index: Sequence[tuple[int, int, int, int]], since: int, limit: int, max_bytes: int
+) -> list[tuple[int, int, int, int]]:
+    """The index entries from the frame holding ``since`` on, each ending at or before ``limit``,
+    together at most ``max_bytes`` (but at least one)."""
+    picked: list[tuple[int, int, int, int]] = []
+    size = 0
+    for f in index:
+        if f[1] < since:
+            continue
+        if f[1] > limit or (picked and size + f[3] > max_bytes):
+            break
+        picked.append(f)
+        size += f[3]
+    return picked
 
 
 def unformatted_status(journal_id: str) -> dict[str, object]:

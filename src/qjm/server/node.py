@@ -177,7 +177,10 @@ class JournalNode:
             )
             # Each node counts its own refusals, whatever Authorizer it was given.
             self.authz = replace(authz or Authorizer(), on_denied=[self.metrics.count_denied])
-            add_servicer(QJournalServicer(self.journals, lambda: self.data_address, self.authz), self._grpc)
+            servicer = QJournalServicer(
+                self.journals, lambda: self.data_address, self.authz, max_followers=max(1, rpc_workers // 2)
+            )
+            add_servicer(servicer, self._grpc)
             try:
                 where = join_host_port(host, rpc_port)
                 if tls is None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import errno
 import json
 import logging
+import threading
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 import grpc
 
@@ -20,6 +21,7 @@ from qjm.protocol import qjournal_pb2_grpc as pbg
 from qjm.protocol.rpcmeta import ERROR_CODE_KEY, peer_identity
 from qjm.security.authz import ADMIN, READER, WRITER, Authorizer
 from qjm.security.redact import public_message
+from qjm.server.follow import follow
 from qjm.server.journal import Journal, unformatted_status
 from qjm.server.registry import JournalRegistry
 
@@ -65,11 +67,20 @@ class QJournalServicer(pbg.QJournalServicer):
     """
 
     def __init__(
-        self, journals: JournalRegistry, data_address: Callable[[], str], authz: Authorizer | None = None
+        self,
+        journals: JournalRegistry,
+        data_address: Callable[[], str],
+        authz: Authorizer | None = None,
+        max_followers: int = 8,
     ) -> None:
         self._journals = journals
         self._data_address = data_address
         self._authz = authz or Authorizer()
+        # Each follower holds an RPC worker thread for as long as it follows: bounded, so that
+        # followers cannot take every worker from the writer's calls.
+        self._max_followers = max_followers
+        self._followers = 0
+        self._followers_lock = threading.Lock()
 
     def _allow(self, context: grpc.ServicerContext, journal_id: str, role: str) -> None:
         """Abort the call unless its caller holds ``role`` on ``journal_id``."""
@@ -84,11 +95,18 @@ class QJournalServicer(pbg.QJournalServicer):
     def _public(self, text: str) -> str:
         return public_message(text, self._journals.data_dir)
 
-    def _abort(self, context: grpc.ServicerContext, e: QJMError) -> None:
+    def _abort(self, context: grpc.ServicerContext, e: Exception) -> NoReturn:
         """End the call with ``e``'s status, its wire code in the trailing metadata (``errors.from_code``)
-        and its message without local paths."""
-        context.set_trailing_metadata(((ERROR_CODE_KEY, errors.to_code(e)),))
-        context.abort(status_for(e), self._public(str(e)))
+        and its message without local paths (``context.abort`` raises)."""
+        if isinstance(e, QJMError):
+            if isinstance(e, errors.StorageError | errors.InvariantViolation):
+                log.warning("%s: %s", type(e).__name__, e)  # the full message, paths too
+            context.set_trailing_metadata(((ERROR_CODE_KEY, errors.to_code(e)),))
+            context.abort(status_for(e), self._public(str(e)))
+        log.exception("unexpected error in RPC")
+        context.set_trailing_metadata(((ERROR_CODE_KEY, "QJM_ERROR"),))
+        context.abort(grpc.StatusCode.INTERNAL, self._public(f"{type(e).__name__}: {e}"))
+        raise AssertionError("unreachable")
 
     def _run(
         self,
@@ -103,15 +121,33 @@ class QJournalServicer(pbg.QJournalServicer):
         try:
             with self._journals.lease(journal_id, create=create) as journal:
                 return fn(journal)
-        except QJMError as e:
-            if isinstance(e, errors.StorageError | errors.InvariantViolation):
-                log.warning("journal %s: %s: %s", journal_id, type(e).__name__, e)  # the full message, paths too
-            self._abort(context, e)
         except Exception as e:
-            log.exception("unexpected error in RPC")
-            context.set_trailing_metadata(((ERROR_CODE_KEY, "QJM_ERROR"),))
-            context.abort(grpc.StatusCode.INTERNAL, self._public(f"{type(e).__name__}: {e}"))
-        raise AssertionError("unreachable")  # context.abort raises
+            self._abort(context, e)
+
+    def Follow(self, request: pb.FollowRequest, context: grpc.ServicerContext) -> Iterator[pb.FollowChunk]:
+        self._allow(context, request.journal_id, READER)
+        with self._followers_lock:
+            full = self._followers >= self._max_followers
+            if not full:
+                self._followers += 1
+        if full:
+            self._abort(
+                context,
+                errors.ResourceExhaustedError(f"this node already serves {self._max_followers} followers"),
+            )
+        try:
+            heartbeat = min(max(request.heartbeat_ms, 10), 10_000) / 1000 if request.heartbeat_ms else 1.0
+            with self._journals.lease(request.journal_id) as j:
+                context.add_callback(j.wake_followers)  # a follower that leaves stops its wait at once
+                for p in follow(j, max(request.from_txid, 1), heartbeat, context.is_active):
+                    yield pb.FollowChunk(
+                        frames=p.frames, first_txid=p.first_txid, last_txid=p.last_txid, committed_txid=p.committed_txid
+                    )
+        except Exception as e:
+            self._abort(context, e)
+        finally:
+            with self._followers_lock:
+                self._followers -= 1
 
     def _absent(self, journal_id: str) -> bool:
         """True if the journal has no directory here: a read-only call answers without opening it.
