@@ -16,6 +16,8 @@ from qjm.bench import peers
 
 pytestmark = pytest.mark.integration
 
+BATCH = {"zookeeper": peers.ZK_MULTI, "etcd": peers.ETCD_TXN_OPS, "nats": 1}  # records per request
+
 
 def _processes_using(path: str) -> list[int]:
     """Pids of every process whose command line mentions ``path`` (the cluster's config or data dir)."""
@@ -53,6 +55,9 @@ def test_peer_cluster_commits_reads_back_and_leaves_nothing(name: str, tmp_path:
         assert [client.get(k) for k in keys] == values
         acked, elapsed = client.pipelined(os.urandom(1024), 0.2)
         assert acked > 0 and elapsed > 0
+        acked, elapsed = client.batched(os.urandom(1024), 0.2)  # its best batching client
+        assert acked > 0 and elapsed > 0
+        assert acked % BATCH[name] == 0, (acked, BATCH[name])  # whole multis and txns, nothing half-counted
         assert client.get(keys[0]) == values[0]  # still there after the pipelined phase
     assert _processes_using(base) == []
 
