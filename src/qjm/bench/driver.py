@@ -20,7 +20,7 @@ from qjm.bench.floor import run_c_floors, worker_floor
 from qjm.bench.peers import PEERS, measure
 from qjm.bench.report import peer_goals, peers_table, plot_result, summarise, table
 from qjm.bench.workers import run_peer_worker, run_worker, worker_process_failover, worker_qjm
-from qjm.bench.workload import FULL, PROGRESS, PURE_SCALE, RECORD_SIZES, SMOKE
+from qjm.bench.workload import FULL, PURE_SCALE, RECORD_SIZES, SMOKE, progress
 
 DESCRIPTION = "qjm against the disk's floor, native against pure, in one run on one disk"
 
@@ -86,31 +86,32 @@ def run(
     - ``raw``: every sample of every worker (latency samples per phase, in seconds).
     """
     check_options(plot, directory)
-    progress_line(f"about {estimate_seconds(smoke, peers) / 60:.0f} min ({'smoke' if smoke else 'full'} run)")
+    kind = "smoke" if smoke else "full"
+    progress(f"about {estimate_seconds(smoke, peers) / 60:.0f} min on an idle 2-core machine ({kind} run)", False)
     base = tempfile.mkdtemp(prefix="qjm-bench-", dir=directory)
     peer_raw: dict[str, dict[str, Any]] = {}
     t0 = time.monotonic()
     try:
         machine = machine_info(base)
-        progress_line("floor (three local appenders)")
+        progress("floor (three local appenders)", False)
         raw: dict[str, Any] = {
             "floor": run_worker("floor", os.path.join(base, "floor"), smoke, pure=False),
         }
-        progress_line(f"C floors ({time.monotonic() - t0:.0f} s so far)")
+        progress(f"C floors ({time.monotonic() - t0:.0f} s so far)", False)
         c_floors = run_c_floors(base, smoke)
-        progress_line(f"qjm native ({time.monotonic() - t0:.0f} s so far)")
+        progress(f"qjm native ({time.monotonic() - t0:.0f} s so far)", False)
         raw["native"] = run_worker("qjm", os.path.join(base, "native"), smoke, pure=False)
-        progress_line(f"qjm pure ({time.monotonic() - t0:.0f} s so far)")
+        progress(f"qjm pure ({time.monotonic() - t0:.0f} s so far)", False)
         raw["pure"] = run_worker("qjm", os.path.join(base, "pure"), smoke, pure=True)
         if peers:
             machine["loadavg_before_peers"] = os.getloadavg()
             for name in PEERS:
-                progress_line(f"peer {name} ({time.monotonic() - t0:.0f} s so far)")
+                progress(f"peer {name} ({time.monotonic() - t0:.0f} s so far)", False)
                 peer_raw[name] = run_peer_worker(name, os.path.join(base, f"peer-{name}"), smoke)
         machine["loadavg_after"] = os.getloadavg()
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    progress_line(f"done in {time.monotonic() - t0:.0f} s")
+    progress(f"done in {time.monotonic() - t0:.0f} s", False)
     result: dict[str, Any] = {
         "smoke": smoke,
         "machine": machine,
@@ -133,10 +134,6 @@ def run(
             print()
             print(peers_table(result))
     return result
-
-
-def progress_line(message: str) -> None:
-    print(f"{PROGRESS}{message}", file=sys.stderr, flush=True)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

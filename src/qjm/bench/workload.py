@@ -44,9 +44,10 @@ T = TypeVar("T")
 PROGRESS: Final = "qjm bench: "  # the prefix of a worker's progress lines on stderr, which the driver shows
 
 
-def progress(message: str) -> None:
-    """One progress line on stderr (a worker's stderr reaches the user only through these lines)."""
-    print(f"{PROGRESS}  {message}", file=sys.stderr, flush=True)
+def progress(message: str, step: bool = True) -> None:
+    """One progress line on stderr (a worker's stderr reaches the user only through these lines);
+    a ``step`` of a part is indented under the part's own line."""
+    print(f"{PROGRESS}{'  ' if step else ''}{message}", file=sys.stderr, flush=True)
 
 
 def phased(cfg: dict[str, float], what: str, measure: Callable[[], T]) -> tuple[T, list[T]]:
