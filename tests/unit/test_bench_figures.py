@@ -216,3 +216,19 @@ def test_the_plot_has_every_panel_and_says_when_it_is_a_smoke_run(tmp_path: Path
         assert ("not measured in this run" in texts) == (not tail)
     result["smoke"] = False
     assert "SMOKE" not in report.plot_result(result, str(tmp_path / "full.png"))[0]
+
+
+def test_the_table_gives_each_figure_with_its_spread_and_says_when_tail_staleness_was_not_measured() -> None:
+    cpu = {"cpu_user_ns": 10.0, "cpu_kernel_ns": 20.0}
+    s = report.summarise({"latency": [[0.0003], [0.0005], [0.0004]], "tput100": [9e5, 8e5], "tput1024": [1e5, 2e5],
+                          "tput100_cpu": cpu, "tput1024_cpu": cpu, "failover": [0.005, 0.006]})  # fmt: skip
+    machine = {"cpu": "cpu", "cpus": 2, "kernel": "6", "python": "3.11", "filesystem": "ext4", "directory": "/d",
+               "loadavg_before": (1.0, 1.0, 1.0), "loadavg_after": (2.0, 2.0, 2.0), "capabilities": {},
+               "commit": "abc"}  # fmt: skip
+    result: dict[str, Any] = {"summary": {"floor": s, "native": s, "pure": s}, "machine": machine,
+                              "c_floors": {"skipped": "no C compiler (gcc/cc)"}}  # fmt: skip
+    text = report.table(result)
+    assert "| 400 (300-500) |" in text
+    assert "tail staleness, qjm native: not measured" in text
+    result["summary"]["native"] = s | {"tail_staleness_p50_ms": 1.5, "tail_staleness_p99_ms": 4.25}
+    assert "tail staleness, qjm native: p50_ms 1.50, p99_ms 4.25" in report.table(result)

@@ -129,6 +129,9 @@ def table(result: dict[str, Any]) -> str:
                     "end: a node fell more than queued_edits_limit_bytes behind and was dropped until the next "
                     "segment, so that figure is for fewer replicas than the floor's."
                 )
+    staleness = [f"{k.removeprefix(TAIL_STALENESS)} {_fmt(v)}" for k, v in n.items() if k.startswith(TAIL_STALENESS)]
+    lines.append("")
+    lines.append(f"tail staleness, qjm native: {', '.join(staleness) if staleness else 'not measured'}")
     if "c_floors" in result:
         lines.append("")
         lines.append(c_floor_note(result["c_floors"], n))
