@@ -672,7 +672,9 @@ class _NatsClient(PeerClient):
         """Publish ``burst`` messages at a time (no ack awaited in between) for ``seconds``; with a
         ``window``, wait before a burst while that many acks are outstanding (else nats-py's own)."""
         acked = [0]
+        sent = [0]
         errors: list[BaseException] = []
+        room = asyncio.Event()  # set when a whole burst fits in the window again
 
         def done(f: asyncio.Future[Any]) -> None:
             if f.cancelled():
@@ -681,14 +683,18 @@ class _NatsClient(PeerClient):
                 errors.append(f.exception())  # type: ignore[arg-type]
             else:
                 acked[0] += 1
+            if errors or sent[0] - acked[0] + burst <= window:
+                room.set()
 
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < seconds and not errors:
-            if window:
-                while self.js.publish_async_pending() + burst > window and not errors:
-                    await asyncio.sleep(0)  # let the acks in: the window decides
+            if window and sent[0] - acked[0] + burst > window:
+                room.clear()
+                await room.wait()  # the acks' callbacks set it: no polling
+                continue
             for _ in range(burst):
                 fut = await self.js.publish_async(NATS_SUBJECT, value, wait_stall=30.0)
+                sent[0] += 1
                 fut.add_done_callback(done)
         await asyncio.wait_for(self.js.publish_async_completed(), timeout=60.0)
         elapsed = time.perf_counter() - t0
