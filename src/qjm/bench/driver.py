@@ -140,7 +140,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``run``, for ``python -m qjm.bench`` and ``qjm bench`` alike."""
     p.add_argument("--smoke", action="store_true", help="tiny counts, for CI")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
-    p.add_argument("--plot", metavar="PNG", help="latency CDF and throughput bars (needs matplotlib)")
+    p.add_argument("--plot", metavar="PNG", help="latency, throughput, failover, tail panels (matplotlib)")
     p.add_argument("--peers", action="store_true", help="also ZooKeeper, etcd and NATS JetStream (bench/peers/)")
     p.add_argument("--dir", metavar="DIR", help="measure the disk of DIR (default: the system's temporary directory)")
 
