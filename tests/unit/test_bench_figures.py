@@ -138,6 +138,7 @@ def test_the_best_durable_row_is_the_batched_one_and_qjm_slower_is_said_slower()
             "nats": _peer(False, 200.0, 150_000.0, 200_000.0),  # faster than qjm: not durable per message
         },
     }
+    assert "failover_p50_ms" not in result["peers"]["etcd"]  # not measured: no NaN in the JSON
     goals = report.peer_goals(result)
     best = goals["best_durable_row"]
     assert (best["peer"], best["client"]) == ("zookeeper", "batched")

@@ -27,9 +27,10 @@ def summarise(raw: dict[str, Any]) -> dict[str, Any]:
     spreads: dict[str, dict[str, Any]] = {"sync_p50_us": spread(p50s), "sync_p99_us": spread(p99s)}
     warm = raw.get("latency_warmup", [])
     warmup: dict[str, float] = {"sync_p50_us": pct(warm, 0.5) * 1e6} if warm else {}
-    for key in FAILOVERS:
-        # the floor's disk work is the same whichever process asks for it
-        spreads[f"{key}_p50_ms"] = iqr([x * 1e3 for x in raw.get(key, raw.get("failover", []))])
+    for key in FAILOVERS:  # none for the peers
+        if key in raw or "failover" in raw:
+            # the floor's disk work is the same whichever process asks for it
+            spreads[f"{key}_p50_ms"] = iqr([x * 1e3 for x in raw.get(key, raw.get("failover", []))])
     for size in RECORD_SIZES:
         for kind in ("tput", "batch"):
             if f"{kind}{size}" in raw:
