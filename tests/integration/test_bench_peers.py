@@ -71,3 +71,17 @@ def test_servers_are_killed_when_the_body_fails(tmp_path: Path) -> None:
         raise RuntimeError("the benchmark broke")
     assert len(pids) == 3
     assert _processes_using(base) == []
+
+
+def test_a_retried_start_watches_only_its_own_servers(tmp_path: Path) -> None:
+    """A cluster whose first start failed (a port taken meanwhile) is started again with the same
+    ``Servers``: only the new processes and their logs are checked."""
+    servers = peers.Servers("retry")
+    servers.spawn(["true"], str(tmp_path), str(tmp_path / "first.log"))
+    servers.stop()
+    servers.spawn(["sleep", "60"], str(tmp_path), str(tmp_path / "second.log"))
+    try:
+        servers.check_alive()  # the exited first process is no longer its concern
+        assert servers.logs == [str(tmp_path / "second.log")]
+    finally:
+        servers.stop()

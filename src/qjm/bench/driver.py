@@ -88,7 +88,8 @@ def run(
     check_options(plot, directory)
     kind = "smoke" if smoke else "full"
     progress(f"about {estimate_seconds(smoke, peers) / 60:.0f} min on an idle 2-core machine ({kind} run)", False)
-    base = tempfile.mkdtemp(prefix="qjm-bench-", dir=directory)
+    # absolute: the peers' servers run in directories of their own and are given paths under it
+    base = tempfile.mkdtemp(prefix="qjm-bench-", dir=os.path.abspath(directory) if directory else None)
     peer_raw: dict[str, dict[str, Any]] = {}
     t0 = time.monotonic()
     try:

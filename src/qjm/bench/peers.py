@@ -157,6 +157,7 @@ class Servers:
         for p in self.procs:
             p.wait()
         self.procs.clear()
+        self.logs.clear()  # a retried start spawns three again: one log per process
 
 
 def _tail(path: str, n: int = 3000) -> str:
