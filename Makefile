@@ -86,9 +86,10 @@ test-py:
 bench:
 	$(PY) -m qjm bench
 
+# The smoke run also draws its plot (marked as a smoke run) and measures the disk of the checkout.
 bench-smoke:
 	$(PYTEST) -q bench --benchmark-disable
-	$(PY) -m qjm bench --smoke --peers
+	$(PY) -m qjm bench --smoke --peers --dir . --plot bench-smoke.png
 
 # qjm against ZooKeeper, etcd and NATS JetStream (3 servers each on loopback; bench/peers/README.md).
 bench-peers: install
@@ -115,5 +116,5 @@ wheel-smoke: wheel
 	cd / && env -u PYTHONPATH QJM_REQUIRE_NATIVE=1 $(abspath $(SMOKE_VENV))/bin/python $(CURDIR)/tests/installed/smoke.py
 
 clean:
-	rm -rf build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache bench-smoke.png
 	find src -name '*.so' -delete

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import subprocess
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -36,11 +35,7 @@ def load(backend: str) -> Callable[[str], ModuleType]:
 
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict[str, Any]) -> None:
     from qjm._native import capabilities
+    from qjm.bench.driver import qjm_build
 
     machine_info["qjm_capabilities"] = capabilities()
-    try:
-        machine_info["qjm_commit"] = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-        ).stdout.strip()
-    except OSError:
-        machine_info["qjm_commit"] = ""
+    machine_info["qjm_version"], machine_info["qjm_commit"] = qjm_build()  # the checkout measured, not the cwd's

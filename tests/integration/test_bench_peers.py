@@ -16,6 +16,8 @@ from qjm.bench import peers
 
 pytestmark = pytest.mark.integration
 
+BATCH = {"zookeeper": peers.ZK_MULTI, "etcd": peers.ETCD_TXN_OPS, "nats": 1}  # records per request
+
 
 def _processes_using(path: str) -> list[int]:
     """Pids of every process whose command line mentions ``path`` (the cluster's config or data dir)."""
@@ -53,6 +55,9 @@ def test_peer_cluster_commits_reads_back_and_leaves_nothing(name: str, tmp_path:
         assert [client.get(k) for k in keys] == values
         acked, elapsed = client.pipelined(os.urandom(1024), 0.2)
         assert acked > 0 and elapsed > 0
+        acked, elapsed = client.batched(os.urandom(1024), 0.2)  # its best batching client
+        assert acked > 0 and elapsed > 0
+        assert acked % BATCH[name] == 0, (acked, BATCH[name])  # whole multis and txns, nothing half-counted
         assert client.get(keys[0]) == values[0]  # still there after the pipelined phase
     assert _processes_using(base) == []
 
@@ -66,3 +71,17 @@ def test_servers_are_killed_when_the_body_fails(tmp_path: Path) -> None:
         raise RuntimeError("the benchmark broke")
     assert len(pids) == 3
     assert _processes_using(base) == []
+
+
+def test_a_retried_start_watches_only_its_own_servers(tmp_path: Path) -> None:
+    """A cluster whose first start failed (a port taken meanwhile) is started again with the same
+    ``Servers``: only the new processes and their logs are checked."""
+    servers = peers.Servers("retry")
+    servers.spawn(["true"], str(tmp_path), str(tmp_path / "first.log"))
+    servers.stop()
+    servers.spawn(["sleep", "60"], str(tmp_path), str(tmp_path / "second.log"))
+    try:
+        servers.check_alive()  # the exited first process is no longer its concern
+        assert servers.logs == [str(tmp_path / "second.log")]
+    finally:
+        servers.stop()

@@ -1,12 +1,19 @@
-"""The arithmetic behind ``qjm bench``'s derived figures: CPU per record and the disk's ceiling."""
+"""The arithmetic behind ``qjm bench``'s figures (phases, spread, CPU per record, the disk's ceiling),
+its wording, the peers' rows, its options and what it records about the qjm it measured."""
 
 from __future__ import annotations
 
+import argparse
+import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
-from qjm.bench import floor, report, workload
+import pytest
+
+import qjm
+from qjm.bench import driver, floor, report, workload
 from qjm.protocol.frame import FRAME_HEADER_SIZE, RECORD_PREFIX_SIZE
 
 
@@ -36,10 +43,10 @@ def test_cpu_seconds_counts_another_process() -> None:
 
 def test_ceiling_figures_and_the_note() -> None:
     raw = {
-        "latency": [0.0001],
+        "latency": [[0.0001]],
         "failover": [0.002],
-        "tput100": 1e6,
-        "tput1024": 1e5,
+        "tput100": [1e6],
+        "tput1024": [1e5],
         "ceiling_bps": 500e6,
         "raw_ceiling_bps": 1000e6,
         "tput100_cpu": {"cpu_user_ns": 10.0, "cpu_kernel_ns": 20.0},
@@ -74,3 +81,152 @@ def test_c_floor_note_says_why_it_was_not_measured() -> None:
     assert report.c_floor_note({"skipped": "no C compiler (gcc/cc)"}, {}) == (
         "C floors (bench/netfloor): not measured: no C compiler (gcc/cc)"
     )
+
+
+def test_a_figure_is_the_median_of_counted_phases_and_the_warm_up_is_left_out() -> None:
+    raw: dict[str, Any] = {
+        "latency_warmup": [0.5] * 10,  # a cold start, far slower: it must not move the figures
+        "latency": [[0.001] * 10, [0.003] * 10, [0.002] * 10],
+        "tput100_warmup": 1.0,
+        "tput100": [300.0, 100.0, 200.0],
+        "tput1024": [10.0, 30.0, 20.0],
+        "batch1024": [5.0, 7.0],
+        "failover": [0.004, 0.001, 0.002, 0.003, 0.005],
+    }
+    s = report.summarise(raw)
+    assert s["sync_p50_us"] == pytest.approx(2000.0)
+    assert s["spread"]["sync_p50_us"]["min"] == pytest.approx(1000.0)
+    assert s["spread"]["sync_p50_us"]["max"] == pytest.approx(3000.0)
+    assert len(s["spread"]["sync_p50_us"]["phases"]) == 3  # every counted phase is kept
+    assert s["tput100_rps"] == 200.0 and s["spread"]["tput100_rps"]["phases"] == [300.0, 100.0, 200.0]
+    assert s["warmup"] == {"sync_p50_us": pytest.approx(500000.0), "tput100_rps": 1.0}
+    assert s["batch1024_rps"] == 6.0 and s["batch1024_mbps"] == 6.0 * 1024 / 1e6
+    fo = s["spread"]["failover_p50_ms"]
+    assert s["failover_p50_ms"] == pytest.approx(3.0) and (fo["q1"], fo["q3"]) == pytest.approx((2.0, 4.0))
+    assert report._fig(s, "tput100_rps") == "200 (100-300)"
+
+
+def test_phased_runs_one_uncounted_warm_up_then_the_counted_phases(capsys: pytest.CaptureFixture[str]) -> None:
+    calls = iter(range(10))
+    warm, counted = workload.phased({"phases": 3}, "thing", lambda: next(calls))
+    assert (warm, counted) == (0, [1, 2, 3])
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith(workload.PROGRESS) and "thing: warm-up phase" in err[0]
+    assert err[-1].endswith("thing: phase 3/3")
+
+
+def test_ratios_are_said_in_words_never_as_a_fraction_better() -> None:
+    assert report.times(3.24, "faster", "slower") == "3.2x faster"
+    assert report.times(0.7, "faster", "slower") == "1.4x slower"
+    assert report.times(float("nan"), "faster", "slower") == "n/a"
+
+
+def _peer(durable: bool, p50: float, tput: float, batch: float) -> dict[str, Any]:
+    v = report.summarise({"latency": [[p50 / 1e6]], "tput100": [tput], "tput1024": [tput], "batch100": [batch],
+                          "batch1024": [batch]})  # fmt: skip
+    return v | {"durable": durable, "version": "1.0", "how": "one by one", "how_batched": "in multis of 128"}
+
+
+def test_the_best_durable_row_is_the_batched_one_and_qjm_slower_is_said_slower() -> None:
+    native = report.summarise({"latency": [[0.0003]], "tput100": [9e5], "tput1024": [1e5], "failover": [0.005]})
+    result: dict[str, Any] = {
+        "summary": {"floor": native, "native": native, "pure": native},
+        "machine": {},
+        "peers": {
+            "zookeeper": _peer(True, 1000.0, 3000.0, 20_000.0),
+            "etcd": _peer(True, 900.0, 4000.0, 15_000.0),
+            "nats": _peer(False, 200.0, 150_000.0, 200_000.0),  # faster than qjm: not durable per message
+        },
+    }
+    assert "failover_p50_ms" not in result["peers"]["etcd"]  # not measured: no NaN in the JSON
+    goals = report.peer_goals(result)
+    best = goals["best_durable_row"]
+    assert (best["peer"], best["client"]) == ("zookeeper", "batched")
+    assert best["ratio"] == pytest.approx(5.0) and best["words"] == "5.0x faster"
+    assert goals["throughput"]["peer"] == "etcd" and goals["throughput"]["ratio"] == pytest.approx(25.0)
+    assert not goals["non_durable"]["nats"]["met"]
+    result["peer_goals"] = goals
+    text = report.peers_table(result)
+    assert "| ZooKeeper 1.0 | batched |" in text and "in multis of 128" in text
+    assert "is 5.0x faster" in text
+    assert "throughput 2.0x slower" in text  # qjm against NATS's batched row
+    assert "better" not in text
+
+
+def test_plot_without_matplotlib_fails_before_the_run(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real = driver.importlib.util.find_spec
+    monkeypatch.setattr(driver.importlib.util, "find_spec", lambda n, *a: None if n == "matplotlib" else real(n, *a))
+
+    def no_run(**_: Any) -> dict[str, Any]:
+        raise AssertionError("the run started")
+
+    monkeypatch.setattr(driver, "run", no_run)
+    args = argparse.Namespace(smoke=True, json=False, plot="out.png", peers=False, dir=None)
+    assert driver.run_from(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("qjm bench: --plot needs matplotlib")
+
+
+def test_dir_must_be_a_writable_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = argparse.Namespace(smoke=True, json=False, plot=None, peers=False, dir=str(tmp_path / "missing"))
+    assert driver.run_from(args) == 2
+    assert capsys.readouterr().err == f"qjm bench: --dir {tmp_path / 'missing'}: not a directory\n"
+
+
+def test_the_commit_recorded_is_the_measured_checkouts_not_the_current_directorys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = tmp_path / "other-repo"
+    other.mkdir()
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
+               GIT_COMMITTER_EMAIL="t@t")  # fmt: skip
+    subprocess.run(["git", "init", "-q"], cwd=other, check=True)
+    subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", "x"], cwd=other, check=True, env=env)
+    monkeypatch.chdir(other)
+    version, commit = driver.qjm_build()
+    assert version == qjm.__version__
+    pkg = os.path.dirname(os.path.abspath(qjm.__file__))
+    here = subprocess.run(["git", "-C", pkg, "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
+    if here.returncode == 0:  # a checkout: its HEAD, maybe marked dirty
+        assert commit.removesuffix("+dirty") == here.stdout.strip()
+    else:  # an installed copy
+        assert commit == "unknown"
+    theirs = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    assert theirs not in commit
+
+
+def test_the_plot_has_every_panel_and_says_when_it_is_a_smoke_run(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    s = report.summarise({"latency": [[0.0003, 0.0004]], "tput100": [9e5, 8e5], "tput1024": [1e5, 2e5],
+                          "failover": [0.005, 0.006]})  # fmt: skip
+    for smoke, tail in ((True, {}), (False, {"tail_staleness_p50_ms": 1.5, "tail_staleness_p99_ms": 4.0})):
+        result = {
+            "smoke": smoke,
+            "machine": {"qjm_version": "0.1.0", "commit": "abc", "cpus": 2},
+            "summary": {"floor": s, "native": s | tail, "pure": s},
+            "raw": {k: {"latency": [[0.0003, 0.0004]]} for k in ("floor", "native", "pure")},
+        }
+        out = tmp_path / f"plot-{smoke}.png"
+        texts = report.plot_result(result, str(out))
+        assert out.stat().st_size > 10_000
+        assert ("SMOKE RUN" in texts[0]) == smoke and "commit abc" in texts[0]
+        assert any("failover" in t for t in texts) and any("tail staleness" in t for t in texts)
+        assert ("not measured in this run" in texts) == (not tail)
+
+
+def test_the_table_gives_each_figure_with_its_spread_and_says_when_tail_staleness_was_not_measured() -> None:
+    cpu = {"cpu_user_ns": 10.0, "cpu_kernel_ns": 20.0}
+    s = report.summarise({"latency": [[0.0003], [0.0005], [0.0004]], "tput100": [9e5, 8e5], "tput1024": [1e5, 2e5],
+                          "tput100_cpu": cpu, "tput1024_cpu": cpu, "failover": [0.005, 0.006]})  # fmt: skip
+    machine = {"cpu": "cpu", "cpus": 2, "kernel": "6", "python": "3.11", "filesystem": "ext4", "directory": "/d",
+               "loadavg_before": (1.0, 1.0, 1.0), "loadavg_after": (2.0, 2.0, 2.0), "capabilities": {},
+               "commit": "abc"}  # fmt: skip
+    result: dict[str, Any] = {"summary": {"floor": s, "native": s, "pure": s}, "machine": machine,
+                              "c_floors": {"skipped": "no C compiler (gcc/cc)"}}  # fmt: skip
+    text = report.table(result)
+    assert "| 400 (300-500) |" in text
+    assert "tail staleness, qjm native: not measured" in text
+    result["summary"]["native"] = s | {"tail_staleness_p50_ms": 1.5, "tail_staleness_p99_ms": 4.25}
+    assert "tail staleness, qjm native: p50_ms 1.50, p99_ms 4.25" in report.table(result)

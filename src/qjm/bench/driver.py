@@ -3,51 +3,117 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
 import shutil
 import subprocess
+import sys
 import tempfile
+import time
 from typing import Any
 
+import qjm
 from qjm._native import capabilities
 from qjm.bench.floor import run_c_floors, worker_floor
 from qjm.bench.peers import PEERS, measure
 from qjm.bench.pipeline import worker_tail
 from qjm.bench.report import peer_goals, peers_table, plot_result, summarise, table
 from qjm.bench.workers import run_peer_worker, run_worker, worker_process_failover, worker_qjm
-from qjm.bench.workload import FULL, PURE_SCALE, SMOKE
+from qjm.bench.workload import FULL, PURE_SCALE, RECORD_SIZES, SMOKE, progress
 
 DESCRIPTION = "qjm against the disk's floor, native against pure, in one run on one disk"
 
 
-def run(smoke: bool = False, json_out: bool = False, plot: str | None = None, peers: bool = False) -> dict[str, Any]:
+class BenchUsageError(ValueError):
+    """An option of ``qjm bench`` that cannot work on this machine, found before anything runs."""
+
+
+def check_options(plot: str | None, directory: str | None) -> None:
+    """Refuse, before the run, what would fail after it: ``--plot`` without matplotlib, a bad ``--dir``."""
+    if plot and importlib.util.find_spec("matplotlib") is None:
+        raise BenchUsageError("--plot needs matplotlib: pip install 'qjm[bench]' (or run without --plot)")
+    if directory is not None and not os.path.isdir(directory):
+        raise BenchUsageError(f"--dir {directory}: not a directory")
+    if directory is not None and not os.access(directory, os.W_OK | os.X_OK):
+        raise BenchUsageError(f"--dir {directory}: not writable")
+
+
+def estimate_seconds(smoke: bool, peers: bool) -> float:
+    """About how long ``run`` takes on an idle 2-core machine (a loaded one takes longer)."""
+    cfg = SMOKE if smoke else FULL
+    phases = int(cfg["phases"]) + 1
+    tput = len(RECORD_SIZES) * phases * cfg["seconds"]
+    floor = 2 + tput + 2 * cfg["seconds"] + phases * cfg["rounds"] * 3e-4 + cfg["failovers"] * 0.05
+    c_floors = 2 + int(cfg["phases"]) * 2 * (cfg["rounds"] + 200) * 3e-4
+    qjm = 4 + tput + phases * cfg["rounds"] * 4e-4 + cfg["failovers"] * 0.1 + 2 * cfg["cold_failovers"] * 1.5
+    total = floor + c_floors + 2 * qjm + (len(PEERS) * (15 + 2 * tput + phases * cfg["rounds"] * 1e-3) if peers else 0)
+    return total
+
+
+def run(
+    smoke: bool = False,
+    json_out: bool = False,
+    plot: str | None = None,
+    peers: bool = False,
+    directory: str | None = None,
+) -> dict[str, Any]:
     """Measure floor, qjm native and qjm pure in one run on one disk; print the table (or JSON).
 
     ``smoke`` runs tiny counts (seconds), for CI. ``peers`` then measures ZooKeeper, etcd and NATS
     JetStream (``qjm.bench.peers``) on the same disk and prints the second table (a failed or
-    missing peer fails the run rather than being skipped).
+    missing peer fails the run rather than being skipped). ``directory`` is where the run's
+    temporary directory goes (the disk measured; default: the system's temporary directory).
+    ``plot`` writes a PNG there. Progress lines go to stderr, starting with an estimate of the time.
+
+    Returns a dict (the ``--json`` output is the same without ``raw``):
+
+    - ``smoke``: bool; ``machine``: cpu, cpus, kernel, python, filesystem, directory, load averages,
+      capabilities, ``qjm_version`` and ``commit`` (of the qjm checkout measured, or "unknown");
+    - ``summary``: ``floor``, ``native``, ``pure``, each a dict of figures: ``sync_p50_us``,
+      ``sync_p99_us``, ``tput100_rps``/``_mbps``, ``tput1024_rps``/``_mbps``, CPU per record
+      (``tput{size}_cpu_user_ns``/``_kernel_ns``), ``tput{size}_in_sync``, ``failover_p50_ms``,
+      ``failover_cold_p50_ms``, ``failover_same_process_p50_ms`` (the floor: also ``ceiling_*``);
+      each figure is the median of its counted phases, and ``spread[figure]`` holds ``min``, ``max``
+      and every counted ``phases`` value (failovers: ``q1``, ``q3`` and every ``runs`` value);
+      ``warmup`` the warm-up phases, which are not counted;
+    - ``c_floors``: ``local_p50_us``, ``local_p99_us``, ``net_p50_us``, ``net_p99_us`` (medians of
+      runs) and their ``spread``, or ``skipped``: why;
+    - with ``peers``: ``peers``: per peer the same figures, plus ``batch{size}_rps``/``_mbps`` of its
+      batching client, ``durable``, ``version``, ``how``, ``how_batched``; and ``peer_goals``:
+      ``best_durable_row`` (peer, client, ratio of qjm native's 1 KiB records/s to it, in words),
+      ``latency``, ``throughput`` and ``non_durable`` (the project's goals, met or not);
+    - ``raw``: every sample of every worker (latency samples per phase, in seconds).
     """
-    base = tempfile.mkdtemp(prefix="qjm-bench-")
+    check_options(plot, directory)
+    kind = "smoke" if smoke else "full"
+    progress(f"about {estimate_seconds(smoke, peers) / 60:.0f} min on an idle 2-core machine ({kind} run)", False)
+    # absolute: the peers' servers run in directories of their own and are given paths under it
+    base = tempfile.mkdtemp(prefix="qjm-bench-", dir=os.path.abspath(directory) if directory else None)
     peer_raw: dict[str, dict[str, Any]] = {}
+    t0 = time.monotonic()
     try:
         machine = machine_info(base)
+        progress("floor (three local appenders)", False)
         raw: dict[str, Any] = {
             "floor": run_worker("floor", os.path.join(base, "floor"), smoke, pure=False),
         }
+        progress(f"C floors ({time.monotonic() - t0:.0f} s so far)", False)
         c_floors = run_c_floors(base, smoke)
-        raw |= {
-            "native": run_worker("qjm", os.path.join(base, "native"), smoke, pure=False),
-            "pure": run_worker("qjm", os.path.join(base, "pure"), smoke, pure=True),
-        }
+        progress(f"qjm native ({time.monotonic() - t0:.0f} s so far)", False)
+        raw["native"] = run_worker("qjm", os.path.join(base, "native"), smoke, pure=False)
+        progress(f"qjm pure ({time.monotonic() - t0:.0f} s so far)", False)
+        raw["pure"] = run_worker("qjm", os.path.join(base, "pure"), smoke, pure=True)
         if peers:
             machine["loadavg_before_peers"] = os.getloadavg()
             for name in PEERS:
+                progress(f"peer {name} ({time.monotonic() - t0:.0f} s so far)", False)
                 peer_raw[name] = run_peer_worker(name, os.path.join(base, f"peer-{name}"), smoke)
         machine["loadavg_after"] = os.getloadavg()
     finally:
         shutil.rmtree(base, ignore_errors=True)
+    progress(f"done in {time.monotonic() - t0:.0f} s", False)
     result: dict[str, Any] = {
         "smoke": smoke,
         "machine": machine,
@@ -56,8 +122,9 @@ def run(smoke: bool = False, json_out: bool = False, plot: str | None = None, pe
         "raw": raw,
     }
     if peers:
-        result["peers"] = {k: {m: x for m, x in v.items() if m != "latency"} for k, v in peer_raw.items()}
-        raw["peers"] = {k: {"latency": v["latency"]} for k, v in peer_raw.items()}
+        meta = ("durable", "version", "how", "how_batched")
+        result["peers"] = {k: summarise(v) | {m: v[m] for m in meta} for k, v in peer_raw.items()}
+        raw["peers"] = peer_raw
         result["peer_goals"] = peer_goals(result)
     if plot:
         plot_result(result, plot)
@@ -75,13 +142,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``run``, for ``python -m qjm.bench`` and ``qjm bench`` alike."""
     p.add_argument("--smoke", action="store_true", help="tiny counts, for CI")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
-    p.add_argument("--plot", metavar="PNG", help="latency CDF and throughput bars (needs matplotlib)")
+    p.add_argument("--plot", metavar="PNG", help="latency, throughput, failover, tail panels (matplotlib)")
     p.add_argument("--peers", action="store_true", help="also ZooKeeper, etcd and NATS JetStream (bench/peers/)")
+    p.add_argument("--dir", metavar="DIR", help="measure the disk of DIR (default: the system's temporary directory)")
 
 
 def run_from(a: argparse.Namespace) -> int:
-    """``run`` with the options of ``add_arguments``."""
-    run(smoke=a.smoke, json_out=a.json, plot=a.plot, peers=a.peers)
+    """``run`` with the options of ``add_arguments``; a usage error is one line on stderr, exit code 2."""
+    try:
+        check_options(a.plot, a.dir)
+    except BenchUsageError as e:
+        print(f"qjm bench: {e}", file=sys.stderr)
+        return 2
+    run(smoke=a.smoke, json_out=a.json, plot=a.plot, peers=a.peers, directory=a.dir)
     return 0
 
 
@@ -129,14 +202,7 @@ def machine_info(base: str) -> dict[str, Any]:
         fs = subprocess.run(probe, capture_output=True, text=True, check=False).stdout.strip() or fs
     except OSError:
         pass
-    commit = ""
-    try:
-        here = os.path.dirname(os.path.abspath(__file__))
-        commit = subprocess.run(
-            ["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-        ).stdout.strip()
-    except OSError:
-        pass
+    version, commit = qjm_build()
     return {
         "cpu": cpu,
         "cpus": os.cpu_count(),
@@ -146,5 +212,30 @@ def machine_info(base: str) -> dict[str, Any]:
         "directory": base,
         "loadavg_before": os.getloadavg(),
         "capabilities": capabilities(base),
+        "qjm_version": version,
         "commit": commit,
     }
+
+
+def qjm_build() -> tuple[str, str]:
+    """qjm's version and the commit of the qjm checkout this package was imported from (found from
+    the package's own location, whatever the current directory), or "unknown" for an installed copy."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(qjm.__file__)))
+    commit = "unknown"
+    try:
+        top = subprocess.run(
+            ["git", "-C", here, "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=False
+        ).stdout.strip()
+        # the package must be in that checkout's tree (src/qjm), not merely under some other repository
+        if top and os.path.isfile(os.path.join(top, "src", "qjm", "__init__.py")):
+            done = subprocess.run(["git", "-C", top, "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
+            commit = done.stdout.strip() or commit
+            dirty = subprocess.run(
+                ["git", "-C", top, "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True, text=True, check=False,
+            ).stdout.strip()  # fmt: skip
+            if dirty and commit != "unknown":
+                commit += "+dirty"
+    except OSError:
+        pass
+    return qjm.__version__, commit

@@ -15,10 +15,13 @@ network hop can get on this machine.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 import mmap
 import os
 import shutil
+import statistics
 import subprocess
 import threading
 import time
@@ -33,7 +36,11 @@ from qjm.bench.workload import (
     SMOKE,
     cpu_per_record,
     cpu_seconds,
+    median_cpu,
+    phased,
+    progress,
     records_per_batch,
+    spread,
 )
 from qjm.server.durable_long import fsync_dir as _fsync_dir
 
@@ -66,9 +73,9 @@ def _three(fn: Callable[[int], None]) -> None:
         raise errs[0]
 
 
-def floor_latency(base: str, rounds: int) -> list[float]:
+def floor_latency(base: str, rounds: int, name: str = "lat") -> list[float]:
     """Commit latency of 1 KiB batches: per round, the second of three concurrent appenders."""
-    apps = [segment_io.Appender(os.path.join(base, f"lat{i}"), _segment_header()) for i in range(3)]
+    apps = [segment_io.Appender(os.path.join(base, f"{name}{i}"), _segment_header()) for i in range(3)]
     frame = _frame([os.urandom(LATENCY_RECORD)], 1)
     lat = [[0.0] * rounds for _ in range(3)]
     barrier = threading.Barrier(3)
@@ -110,12 +117,12 @@ def _three_appenders(base: str, name: str, frame: bytes, seconds: float) -> list
     return out
 
 
-def floor_throughput(base: str, size: int, seconds: float) -> tuple[float, dict[str, float]]:
+def floor_throughput(base: str, size: int, seconds: float, name: str = "") -> tuple[float, dict[str, float]]:
     """Records/s of the quorum: three appenders each writing full batches, one fdatasync per batch;
     and the CPU they spent per record (per replica set, like the writer's records)."""
     per = records_per_batch(size)
     before = cpu_seconds([])
-    done = _three_appenders(base, f"tput{size}", _frame([os.urandom(size)] * per, 1), seconds)
+    done = _three_appenders(base, name or f"tput{size}", _frame([os.urandom(size)] * per, 1), seconds)
     cpu = cpu_per_record(before, cpu_seconds([]), sum(n for n, _ in done) * per // 3)
     return sorted(n * per / e for n, e in done)[1], cpu
 
@@ -208,14 +215,28 @@ def floor_failover(base: str, reps: int) -> list[float]:
 
 
 def worker_floor(base: str, cfg: dict[str, float]) -> dict[str, Any]:
-    out: dict[str, Any] = {"latency": floor_latency(base, int(cfg["rounds"]))}
+    """The floor's raw samples, in the shape of ``qjm.bench.workers.worker_qjm``'s."""
+    phase = itertools.count()
+    rounds = int(cfg["rounds"])
+    out: dict[str, Any] = {}
+    out["latency_warmup"], out["latency"] = phased(
+        cfg, "floor sync latency", lambda: floor_latency(base, rounds, f"lat{next(phase)}-")
+    )
+
+    def tput(size: int) -> tuple[float, dict[str, float]]:
+        return floor_throughput(base, size, cfg["seconds"], f"t{next(phase)}")
+
     for size in RECORD_SIZES:
-        out[f"tput{size}"], out[f"tput{size}_cpu"] = floor_throughput(base, size, cfg["seconds"])
+        warm, counted = phased(cfg, f"floor {size} B records/s", functools.partial(tput, size))
+        out[f"tput{size}_warmup"], out[f"tput{size}"] = warm[0], [r for r, _ in counted]
+        out[f"tput{size}_cpu"] = median_cpu([c for _, c in counted])
+    progress("floor: the disk's bandwidth ceiling")
     out["ceiling_bps"] = floor_bandwidth(base, cfg["seconds"])
     try:
         out["raw_ceiling_bps"] = floor_raw_bandwidth(base, cfg["seconds"])
     except OSError as e:  # a file system that refuses O_DIRECT: the appender's ceiling stands alone
         out["raw_ceiling_error"] = str(e)
+    progress("floor: failover disk work")
     out["failover"] = floor_failover(base, max(3, int(cfg["failovers"])))
     return out
 
@@ -245,17 +266,26 @@ def run_c_floors(base: str, smoke: bool) -> dict[str, Any]:
     done = subprocess.run([cc, *flags, "-o", exe, src], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"qjm bench: compiling {src} failed:\n{done.stderr[-4000:]}")
-    rounds = (SMOKE if smoke else FULL)["rounds"] + NETFLOOR_WARMUP
+    cfg = SMOKE if smoke else FULL
+    rounds = cfg["rounds"] + NETFLOOR_WARMUP
     out: dict[str, Any] = {}
-    for mode in ("local", "net"):
-        d = os.path.join(base, f"c-{mode}")
-        os.makedirs(d)
-        if not smoke:
-            os.sync()
-        done = subprocess.run([exe, mode, d, str(rounds)], capture_output=True, text=True, check=False, timeout=600)
-        if done.returncode != 0:
-            raise RuntimeError(f"qjm bench: netfloor {mode} failed ({done.returncode}):\n{done.stderr[-4000:]}")
-        r = json.loads(done.stdout.strip().splitlines()[-1])
-        out[f"{mode}_p50_us"], out[f"{mode}_p99_us"] = r["p50_us"], r["p99_us"]
-        shutil.rmtree(d, ignore_errors=True)
+    runs: dict[str, list[float]] = {f"{m}_{q}_us": [] for m in ("local", "net") for q in ("p50", "p99")}
+    for phase in range(int(cfg["phases"])):  # netfloor runs its own warm-up rounds: every run counts
+        progress(f"C floors (bench/netfloor): run {phase + 1}/{int(cfg['phases'])}")
+        for mode in ("local", "net"):
+            d = os.path.join(base, f"c-{mode}-{phase}")
+            os.makedirs(d)
+            if not smoke:
+                os.sync()
+            argv = [exe, mode, d, str(rounds)]
+            done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=600)
+            if done.returncode != 0:
+                raise RuntimeError(f"qjm bench: netfloor {mode} failed ({done.returncode}):\n{done.stderr[-4000:]}")
+            r = json.loads(done.stdout.strip().splitlines()[-1])
+            runs[f"{mode}_p50_us"].append(r["p50_us"])
+            runs[f"{mode}_p99_us"].append(r["p99_us"])
+            shutil.rmtree(d, ignore_errors=True)
+    for key, values in runs.items():
+        out[key] = statistics.median(values)
+    out["spread"] = {key: spread(values) for key, values in runs.items()}
     return out

@@ -7,12 +7,21 @@ from the Debian packages (``zookeeper``, ``etcd-server``, ``nats-server``; insta
 each is healthy by polling it, and drives it through its usual Python client:
 
 1. sync-commit latency of one 1 KiB record with one request outstanding;
-2. pipelined throughput of 1 KiB (and 100 B) records, as many requests in flight as the client allows.
+2. pipelined throughput of 1 KiB (and 100 B) records, one record per request, as many requests in
+   flight as the client allows;
+3. the same throughput through the peer's best batching client (``batched``): ZooKeeper ``multi``
+   (kazoo ``transaction()``) of ``ZK_MULTI`` creates with ``ZK_MULTI_WINDOW`` in flight; etcd
+   ``/v3/kv/txn`` of ``ETCD_TXN_OPS`` puts (its ``--max-txn-ops`` default) on ``ETCD_TXN_CONNECTIONS``
+   connections; NATS JetStream bursts of ``NATS_BATCH`` asynchronous publishes with
+   ``NATS_BATCH_WINDOW`` acks outstanding (2.9 has no multi-message publish: each message is its own
+   request, the client writes a burst in one go). The sizes and windows are the best found on this
+   machine (a ZooKeeper multi of 512 creates broke the connection); each cluster's ``how_batched``
+   states them.
 
 Every server is started in its own process group with ``PR_SET_PDEATHSIG`` and killed by group when
 the cluster is left, also on failure, so nothing outlives the harness. ``bench/peers/README.md``
-says what is started and how. ``measure`` returns the summary keys of ``qjm.bench.report.summarise``
-plus ``durable``, ``version`` and ``how``.
+says what is started and how. ``measure`` returns raw samples in the shape of ``qjm.bench.workers.worker_qjm``'s
+plus ``batch{size}`` (the batched phases), ``durable``, ``version``, ``how`` and ``how_batched``.
 """
 
 from __future__ import annotations
@@ -36,7 +45,7 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import Any
 
-from qjm.bench.workload import LATENCY_RECORD, RECORD_SIZES, pct
+from qjm.bench.workload import LATENCY_RECORD, RECORD_SIZES, phased, progress
 
 PEERS = ("zookeeper", "etcd", "nats")
 START_TIMEOUT = 120.0  # seconds for a cluster to elect a leader on a loaded 2-core machine
@@ -47,6 +56,12 @@ ZK_LOG_JAR = "/usr/share/java/slf4j-simple.jar"  # Debian's slf4j binding: serve
 ZK_WINDOW = 1000  # ZooKeeper's default globalOutstandingLimit per server
 ETCD_THREADS = 64  # concurrent HTTP connections of the etcd pipelined phase (best of 4..64 here: raft batches more)
 NATS_WINDOW = 4000  # nats-py's default publish_async_max_pending
+ZK_MULTI = 128  # creates per multi (256 was no faster here; 512 broke the connection)
+ZK_MULTI_WINDOW = 16  # multis in flight
+ETCD_TXN_OPS = 128  # puts per txn: etcd's --max-txn-ops default
+ETCD_TXN_CONNECTIONS = 16  # threads, each a keep-alive connection
+NATS_BATCH = 256  # publish_async calls per burst
+NATS_BATCH_WINDOW = 4096  # acks outstanding
 NATS_STREAM = "QJMBENCH"
 NATS_SUBJECT = "qjm.bench"
 
@@ -142,6 +157,7 @@ class Servers:
         for p in self.procs:
             p.wait()
         self.procs.clear()
+        self.logs.clear()  # a retried start spawns three again: one log per process
 
 
 def _tail(path: str, n: int = 3000) -> str:
@@ -185,6 +201,10 @@ class PeerClient(ABC):
         """Write ``value`` as many times as possible for ``seconds``: (records acknowledged, elapsed s)."""
 
     @abstractmethod
+    def batched(self, value: bytes, seconds: float) -> tuple[int, float]:
+        """``pipelined`` through the peer's best batching client (module docstring)."""
+
+    @abstractmethod
     def close(self) -> None: ...
 
 
@@ -194,6 +214,7 @@ class PeerCluster(ABC):
     name = ""
     durable = True
     how = ""
+    how_batched = ""
 
     def __init__(self, base: str) -> None:
         self.base = base
@@ -256,6 +277,7 @@ class ZooKeeperCluster(PeerCluster):
         "3 servers (QuorumPeerMain, forceSync=yes: txn log fsynced before the ack); kazoo; "
         f"sync: create sequential znode; pipelined: kazoo create_async, <= {ZK_WINDOW} in flight, one session"
     )
+    how_batched = f"kazoo transaction() (a multi) of {ZK_MULTI} sequential creates, {ZK_MULTI_WINDOW} multis in flight"
 
     def _start(self, deadline: float) -> None:
         ports = free_ports(9)
@@ -354,6 +376,36 @@ class _ZkClient(PeerClient):
             raise RuntimeError(f"zookeeper: pipelined create failed: {errors[0]!r}")
         return acked[0], elapsed
 
+    def batched(self, value: bytes, seconds: float) -> tuple[int, float]:
+        window = threading.BoundedSemaphore(ZK_MULTI_WINDOW)
+        acked = [0]
+        errors: list[BaseException] = []
+
+        def done(result: Any) -> None:  # in kazoo's completion thread
+            if result.exception is not None:
+                errors.append(result.exception)
+            else:
+                failed = [r for r in result.value if isinstance(r, BaseException)]
+                if failed:
+                    errors.append(failed[0])
+                else:
+                    acked[0] += len(result.value)
+            window.release()
+
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < seconds and not errors:
+            window.acquire()
+            tx = self.zk.transaction()
+            for _ in range(ZK_MULTI):
+                tx.create("/qjm-bench/b-", value, sequence=True)
+            tx.commit_async().rawlink(done)
+        for _ in range(ZK_MULTI_WINDOW):
+            window.acquire()
+        elapsed = time.perf_counter() - t0
+        if errors:
+            raise RuntimeError(f"zookeeper: multi failed: {errors[0]!r}")
+        return acked[0], elapsed
+
     def close(self) -> None:
         self.zk.stop()
         self.zk.close()
@@ -371,6 +423,10 @@ class EtcdCluster(PeerCluster):
     how = (
         "3 members (WAL fsynced before the ack, the default); JSON gRPC-gateway through http.client; "
         f"sync: put; pipelined: {ETCD_THREADS} threads x keep-alive connection to one member, one put per request"
+    )
+    how_batched = (
+        f"/v3/kv/txn of {ETCD_TXN_OPS} puts (--max-txn-ops, the default), {ETCD_TXN_CONNECTIONS} threads x "
+        "keep-alive connection to one member"
     )
 
     def _start(self, deadline: float) -> None:
@@ -419,7 +475,7 @@ class _EtcdClient(PeerClient):
         self.seq = 0
 
     @staticmethod
-    def _call(conn: http.client.HTTPConnection, path: str, req: dict[str, str]) -> dict[str, Any]:
+    def _call(conn: http.client.HTTPConnection, path: str, req: dict[str, Any]) -> dict[str, Any]:
         conn.request("POST", path, body=json.dumps(req), headers={"Content-Type": "application/json"})
         r = conn.getresponse()
         body = r.read()
@@ -440,9 +496,31 @@ class _EtcdClient(PeerClient):
 
     def pipelined(self, value: bytes, seconds: float) -> tuple[int, float]:
         v64 = _b64(value)
-        counts = [0] * ETCD_THREADS
+        return self._threads(
+            ETCD_THREADS, seconds, lambda t, n: ("/v3/kv/put", {"key": _b64(f"/qjm-bench/p{t}-{n:012d}".encode()),
+                                                                "value": v64}, 1)
+        )  # fmt: skip
+
+    def batched(self, value: bytes, seconds: float) -> tuple[int, float]:
+        v64 = _b64(value)
+
+        def txn(t: int, n: int) -> tuple[str, dict[str, Any], int]:
+            puts = [
+                {"requestPut": {"key": _b64(f"/qjm-bench/b{t}-{n:012d}-{i:03d}".encode()), "value": v64}}
+                for i in range(ETCD_TXN_OPS)
+            ]
+            return "/v3/kv/txn", {"success": puts}, ETCD_TXN_OPS
+
+        return self._threads(ETCD_TXN_CONNECTIONS, seconds, txn)
+
+    def _threads(
+        self, threads: int, seconds: float, request: Callable[[int, int], tuple[str, dict[str, Any], int]]
+    ) -> tuple[int, float]:
+        """``threads`` threads, each a keep-alive connection sending ``request(thread, n)`` (path,
+        body, records in it) back to back for ``seconds``: (records acknowledged, elapsed s)."""
+        counts = [0] * threads
         errors: list[BaseException] = []
-        start = threading.Barrier(ETCD_THREADS + 1)
+        start = threading.Barrier(threads + 1)
 
         def writer(t: int) -> None:
             conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30.0)
@@ -451,16 +529,16 @@ class _EtcdClient(PeerClient):
                 n = 0
                 t0 = time.perf_counter()
                 while time.perf_counter() - t0 < seconds and not errors:
-                    key = f"/qjm-bench/p{t}-{n:012d}".encode()
-                    self._call(conn, "/v3/kv/put", {"key": _b64(key), "value": v64})
+                    path, body, records = request(t, n)
+                    self._call(conn, path, body)
+                    counts[t] += records
                     n += 1
-                counts[t] = n
             except BaseException as e:
                 errors.append(e)
             finally:
                 conn.close()
 
-        ts = [threading.Thread(target=writer, args=(t,), daemon=True) for t in range(ETCD_THREADS)]
+        ts = [threading.Thread(target=writer, args=(t,), daemon=True) for t in range(threads)]
         for th in ts:
             th.start()
         start.wait()
@@ -469,7 +547,7 @@ class _EtcdClient(PeerClient):
             th.join()
         elapsed = time.perf_counter() - t0
         if errors:
-            raise RuntimeError(f"etcd: pipelined put failed: {errors[0]!r}")
+            raise RuntimeError(f"etcd: pipelined write failed: {errors[0]!r}")
         return sum(counts), elapsed
 
     def close(self) -> None:
@@ -486,6 +564,10 @@ class NatsCluster(PeerCluster):
         "3 servers, file storage, stream replicas=3; nats-py; sync: js.publish waiting for the "
         f"ack; pipelined: js.publish_async, <= {NATS_WINDOW} acks outstanding; not durable per message: 2.9 "
         "fsyncs its file store on a timer (sync_interval: always is refused by 2.9.10)"
+    )
+    how_batched = (
+        f"bursts of {NATS_BATCH} js.publish_async written in one go, <= {NATS_BATCH_WINDOW} acks outstanding "
+        "(2.9 has no multi-message publish: each message is its own request and ack)"
     )
 
     def _start(self, deadline: float) -> None:
@@ -543,7 +625,7 @@ class _NatsClient(PeerClient):
         servers = [f"nats://127.0.0.1:{p}" for p in cluster.client_ports[:1]]  # one server, like one ZK session
         try:
             self.nc = self.loop.run_until_complete(nats.connect(servers=servers, connect_timeout=10))
-            self.js = self.nc.jetstream(publish_async_max_pending=NATS_WINDOW)
+            self.js = self.nc.jetstream(publish_async_max_pending=max(NATS_WINDOW, NATS_BATCH_WINDOW))
             self.loop.run_until_complete(self._stream(deadline))
         except BaseException:
             self.loop.close()
@@ -584,9 +666,16 @@ class _NatsClient(PeerClient):
     def pipelined(self, value: bytes, seconds: float) -> tuple[int, float]:
         return self.loop.run_until_complete(self._pipelined(value, seconds))
 
-    async def _pipelined(self, value: bytes, seconds: float) -> tuple[int, float]:
+    def batched(self, value: bytes, seconds: float) -> tuple[int, float]:
+        return self.loop.run_until_complete(self._pipelined(value, seconds, NATS_BATCH, NATS_BATCH_WINDOW))
+
+    async def _pipelined(self, value: bytes, seconds: float, burst: int = 1, window: int = 0) -> tuple[int, float]:
+        """Publish ``burst`` messages at a time (no ack awaited in between) for ``seconds``; with a
+        ``window``, wait before a burst while that many acks are outstanding (else nats-py's own)."""
         acked = [0]
+        sent = [0]
         errors: list[BaseException] = []
+        room = asyncio.Event()  # set when a whole burst fits in the window again
 
         def done(f: asyncio.Future[Any]) -> None:
             if f.cancelled():
@@ -595,11 +684,19 @@ class _NatsClient(PeerClient):
                 errors.append(f.exception())  # type: ignore[arg-type]
             else:
                 acked[0] += 1
+            if errors or sent[0] - acked[0] + burst <= window:
+                room.set()
 
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < seconds and not errors:
-            fut = await self.js.publish_async(NATS_SUBJECT, value, wait_stall=30.0)
-            fut.add_done_callback(done)
+            if window and sent[0] - acked[0] + burst > window:
+                room.clear()
+                await room.wait()  # the acks' callbacks set it: no polling
+                continue
+            for _ in range(burst):
+                fut = await self.js.publish_async(NATS_SUBJECT, value, wait_stall=30.0)
+                sent[0] += 1
+                fut.add_done_callback(done)
         await asyncio.wait_for(self.js.publish_async_completed(), timeout=60.0)
         elapsed = time.perf_counter() - t0
         if errors:
@@ -634,33 +731,35 @@ def running(name: str, base: str) -> Iterator[tuple[PeerCluster, PeerClient]]:
 
 
 def measure(name: str, base: str, cfg: dict[str, float]) -> dict[str, Any]:
-    """Both workloads against one peer: ``cfg`` holds ``rounds`` (latency samples) and ``seconds`` per phase.
+    """The workloads against one peer, in phases (``qjm.bench.workload``): ``cfg`` holds ``rounds``
+    (latency samples per phase), ``seconds`` per throughput phase and ``phases``.
 
-    Returns the summary keys of ``qjm.bench.report.summarise`` (failover is not measured: NaN), ``durable``,
-    ``version``, ``how``, and ``latency`` (every sample, seconds) for plots.
-    """
+    Returns raw samples in the shape of ``qjm.bench.workers.worker_qjm``'s (``latency``, ``tput{size}``
+    and their ``*_warmup``), the batched client's phases as ``batch{size}``, ``durable``, ``version``,
+    ``how`` and ``how_batched``."""
     rounds = int(cfg["rounds"])
     out: dict[str, Any] = {}
+    progress(f"{name}: starting three servers")
     with running(name, base) as (cluster, client):
         rec = os.urandom(LATENCY_RECORD)
-        for _ in range(min(200, rounds)):  # warm-up: JIT, connections, first segment files
-            client.put(rec)
-        lat = []
-        for _ in range(rounds):
-            t = time.perf_counter()
-            client.put(rec)
-            lat.append(time.perf_counter() - t)
+
+        def latency_phase() -> list[float]:
+            lat = []
+            for _ in range(rounds):
+                t = time.perf_counter()
+                client.put(rec)
+                lat.append(time.perf_counter() - t)
+            return lat
+
+        out["latency_warmup"], out["latency"] = phased(cfg, f"{name} sync latency", latency_phase)
         for size in RECORD_SIZES:
-            n, elapsed = client.pipelined(os.urandom(size), cfg["seconds"])
-            out[f"tput{size}_rps"] = n / elapsed
-            out[f"tput{size}_mbps"] = n * size / elapsed / 1e6
-        out.update(durable=cluster.durable, version=cluster.version, how=cluster.how)
-    out.update(
-        sync_p50_us=pct(lat, 0.5) * 1e6,
-        sync_p99_us=pct(lat, 0.99) * 1e6,
-        failover_p50_ms=float("nan"),
-        failover_cold_p50_ms=float("nan"),
-        failover_same_process_p50_ms=float("nan"),
-        latency=lat,
-    )
+            value = os.urandom(size)
+            for key, fn, what in (("tput", client.pipelined, "one per request"), ("batch", client.batched, "batched")):
+
+                def phase(fn: Callable[[bytes, float], tuple[int, float]] = fn, value: bytes = value) -> float:
+                    n, elapsed = fn(value, cfg["seconds"])
+                    return n / elapsed
+
+                out[f"{key}{size}_warmup"], out[f"{key}{size}"] = phased(cfg, f"{name} {size} B {what}", phase)
+        out.update(durable=cluster.durable, version=cluster.version, how=cluster.how, how_batched=cluster.how_batched)
     return out

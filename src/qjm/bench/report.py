@@ -10,27 +10,38 @@ from __future__ import annotations
 from typing import Any
 
 from qjm.bench import goals
-from qjm.bench.workload import RECORD_SIZES, ROLL_RECORD, disk_bytes_per_record, pct
+from qjm.bench.workload import RECORD_SIZES, ROLL_RECORD, disk_bytes_per_record, iqr, pct, spread
+
+FAILOVERS = ("failover", "failover_cold", "failover_same_process")
+TAIL_STALENESS = "tail_staleness_"  # tail_staleness_p50_ms, _p99_ms: how far a following reader lags
 
 
 def summarise(raw: dict[str, Any]) -> dict[str, Any]:
-    s: dict[str, Any] = {
-        "sync_p50_us": pct(raw["latency"], 0.5) * 1e6,
-        "sync_p99_us": pct(raw["latency"], 0.99) * 1e6,
-        "failover_p50_ms": pct(raw["failover"], 0.5) * 1e3,
-        # the floor's disk work is the same whichever process asks for it
-        "failover_cold_p50_ms": pct(raw.get("failover_cold", raw["failover"]), 0.5) * 1e3,
-        "failover_same_process_p50_ms": pct(raw.get("failover_same_process", raw["failover"]), 0.5) * 1e3,
-    }
-    if "tail_staleness" in raw:  # qjm only: a follower in another process (``pipeline``)
-        s["tail_staleness_p50_ms"] = pct(raw["tail_staleness"], 0.5) * 1e3
-        s["tail_staleness_p99_ms"] = pct(raw["tail_staleness"], 0.99) * 1e3
-        s["reader_batches_speedup"] = raw["reader_batches_speedup"]
-        s["reader_records_rps"] = raw["reader_records_rps"]  # end to end, bound by the transfer
-        s["reader_batches_rps"] = raw["reader_batches_rps"]
+    """The figures of one worker's raw samples (``qjm.bench.workers.worker_qjm``'s shape).
+
+    Each figure is the median of its counted phases (failovers: of its repetitions); ``spread``
+    holds, per figure, its minimum and maximum over the phases and every phase (failovers: the
+    interquartile range and every repetition); ``warmup`` the warm-up phases, not counted."""
+    p50s = [pct(ph, 0.5) * 1e6 for ph in raw["latency"]]
+    p99s = [pct(ph, 0.99) * 1e6 for ph in raw["latency"]]
+    spreads: dict[str, dict[str, Any]] = {"sync_p50_us": spread(p50s), "sync_p99_us": spread(p99s)}
+    warm = raw.get("latency_warmup", [])
+    warmup: dict[str, float] = {"sync_p50_us": pct(warm, 0.5) * 1e6} if warm else {}
+    for key in FAILOVERS:  # none for the peers
+        if key in raw or "failover" in raw:
+            # the floor's disk work is the same whichever process asks for it
+            spreads[f"{key}_p50_ms"] = iqr([x * 1e3 for x in raw.get(key, raw.get("failover", []))])
     for size in RECORD_SIZES:
-        s[f"tput{size}_rps"] = raw[f"tput{size}"]
-        s[f"tput{size}_mbps"] = raw[f"tput{size}"] * size / 1e6
+        for kind in ("tput", "batch"):
+            if f"{kind}{size}" in raw:
+                spreads[f"{kind}{size}_rps"] = spread(raw[f"{kind}{size}"])
+                if f"{kind}{size}_warmup" in raw:
+                    warmup[f"{kind}{size}_rps"] = raw[f"{kind}{size}_warmup"]
+    s: dict[str, Any] = {k: v["median"] for k, v in spreads.items()}
+    for size in RECORD_SIZES:
+        for kind in ("tput", "batch"):
+            if f"{kind}{size}_rps" in s:
+                s[f"{kind}{size}_mbps"] = s[f"{kind}{size}_rps"] * size / 1e6
         s[f"tput{size}_in_sync"] = raw.get(f"tput{size}_in_sync", 3)
         for k, v in raw.get(f"tput{size}_cpu", {}).items():
             s[f"tput{size}_{k}"] = v
@@ -48,7 +59,35 @@ def summarise(raw: dict[str, Any]) -> dict[str, Any]:
                 s[f"{ceiling}{size}_rps"] = bps / disk_bytes_per_record(size)
     if "raw_ceiling_error" in raw:
         s["raw_ceiling_error"] = raw["raw_ceiling_error"]
+    if "tail_staleness" in raw:  # qjm only: a follower in another process (``pipeline``)
+        s["tail_staleness_p50_ms"] = pct(raw["tail_staleness"], 0.5) * 1e3
+        s["tail_staleness_p99_ms"] = pct(raw["tail_staleness"], 0.99) * 1e3
+        s["reader_batches_speedup"] = raw["reader_batches_speedup"]
+        s["reader_records_rps"] = raw["reader_records_rps"]  # end to end, bound by the transfer
+        s["reader_batches_rps"] = raw["reader_batches_rps"]
+    s["spread"] = spreads
+    s["warmup"] = warmup
     return s
+
+
+def times(ratio: float, better: str, worse: str) -> str:
+    """A ratio where above 1 is good, in words: "3.2x faster", "1.4x slower" (never "0.7x faster")."""
+    if ratio != ratio or ratio <= 0:
+        return "n/a"
+    if ratio >= 1:
+        return f"{ratio:.1f}x {better}"
+    return f"{1 / ratio:.1f}x {worse}"
+
+
+def _fig(v: dict[str, Any], key: str) -> str:
+    """A figure with its spread over the phases: "284 (270-301)"; a single value when there is none."""
+    if key not in v:
+        return "n/a"
+    sp = v.get("spread", {}).get(key)
+    if sp is None or len(sp.get("phases", sp.get("runs", []))) < 2:
+        return _fmt(v[key])
+    lo, hi = (sp["min"], sp["max"]) if "min" in sp else (sp["q1"], sp["q3"])
+    return f"{_fmt(v[key])} ({_fmt(lo)}-{_fmt(hi)})"
 
 
 ROWS = [
@@ -71,7 +110,7 @@ ROWS = [
 def _fmt(v: float) -> str:
     if v != v:
         return "n/a"
-    if v >= 1e5:
+    if v >= 1e4:
         return f"{v:,.0f}"
     if v >= 100:
         return f"{v:.0f}"
@@ -81,14 +120,18 @@ def _fmt(v: float) -> str:
 def table(result: dict[str, Any]) -> str:
     f, n, p = (result["summary"][k] for k in ("floor", "native", "pure"))
     lines = [
+        "Each figure: the median of the counted phases (min-max over them); failovers: the median of "
+        "the repetitions (interquartile range). Warm-up phases are not counted.",
+        "",
         "| metric | unit | floor | qjm native | native/floor | qjm pure | pure/floor | native vs pure |",
         "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for label, key, unit, better in ROWS:
         ratio_np = _ratio(p[key], n[key]) if better == "lower" else _ratio(n[key], p[key])
+        words = ("less", "more") if key.endswith("_ns") else ("faster", "slower")
         lines.append(
-            f"| {label} | {unit} | {_fmt(f[key])} | {_fmt(n[key])} | {_ratio(n[key], f[key]):.2f}x | {_fmt(p[key])} "
-            f"| {_ratio(p[key], f[key]):.2f}x | {ratio_np:.1f}x better |"
+            f"| {label} | {unit} | {_fig(f, key)} | {_fig(n, key)} | {_ratio(n[key], f[key]):.2f}x | {_fig(p, key)} "
+            f"| {_ratio(p[key], f[key]):.2f}x | native {times(ratio_np, *words)} |"
         )
     for who, v in (("native", n), ("pure", p)):
         for size in RECORD_SIZES:
@@ -98,9 +141,11 @@ def table(result: dict[str, Any]) -> str:
                     "end: a node fell more than queued_edits_limit_bytes behind and was dropped until the next "
                     "segment, so that figure is for fewer replicas than the floor's."
                 )
+    lines.append("")
     if "tail_staleness_p50_ms" in n:
-        lines.append("")
         lines.append(pipeline_note(n, p))
+    else:
+        lines.append("tail staleness, qjm native: not measured")
     if "c_floors" in result:
         lines.append("")
         lines.append(c_floor_note(result["c_floors"], n))
@@ -155,14 +200,23 @@ def c_floor_note(c: dict[str, Any], native: dict[str, Any]) -> str:
     if "skipped" in c:
         return f"C floors (bench/netfloor): not measured: {c['skipped']}"
     lp, np_ = c["local_p50_us"], c["net_p50_us"]
+    r50 = _ratio(native["sync_p50_us"], np_)
+    r99 = _ratio(native["sync_p99_us"], c["net_p99_us"]) if "sync_p99_us" in native else float("nan")
+    runs = len(c.get("spread", {}).get("net_p50_us", {}).get("phases", [])) or 1
     return (
-        f"C floors (bench/netfloor, this run): local p50 {lp:.0f} µs, p99 {c['local_p99_us']:.0f} µs; "
-        f"networked (2 of 3 receiver processes over loopback, no protocol, no Python) p50 {np_:.0f} µs "
-        f"= {_ratio(np_, lp):.2f}x its local floor, p99 {c['net_p99_us']:.0f} µs; "
-        f"qjm native sync p50 = {_ratio(native['sync_p50_us'], np_):.2f}x the networked floor, "
-        f"{_ratio(native['sync_p50_us'], lp):.2f}x the C local floor "
-        f"(goal: <= {goals.SYNC_P50_OVER_FLOOR}x the floor)"
+        f"C floors (bench/netfloor, this run, median of {runs} runs (min-max)): "
+        f"local p50 {_fig(c, 'local_p50_us')} µs, p99 {_fig(c, 'local_p99_us')} µs; "
+        "networked (2 of 3 receiver processes over loopback, no protocol, no Python) "
+        f"p50 {_fig(c, 'net_p50_us')} µs = {_ratio(np_, lp):.2f}x its local floor, "
+        f"p99 {_fig(c, 'net_p99_us')} µs; qjm native sync p50 = {r50:.2f}x the networked floor "
+        f"(goal <= {goals.SYNC_P50_OVER_NETFLOOR}x: {_met(r50 <= goals.SYNC_P50_OVER_NETFLOOR)}), "
+        f"p99 = {r99:.2f}x the networked p99 (goal <= {goals.SYNC_P99_OVER_NETFLOOR}x: "
+        f"{_met(r99 <= goals.SYNC_P99_OVER_NETFLOOR)}), {_ratio(native['sync_p50_us'], lp):.2f}x the C local floor"
     )
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "missed"
 
 
 def ceiling_note(summary: dict[str, Any]) -> str:
@@ -199,8 +253,18 @@ def _ratio(a: float, b: float) -> float:
     return a / b if b else float("nan")
 
 
+CLIENTS = {"tput": "one record per request", "batch": "batched"}
+
+
+def best_durable(peers: dict[str, dict[str, Any]]) -> tuple[str, str] | None:
+    """The durable peer row with the most 1 KiB records/s: (peer, "tput" or "batch"), over both clients."""
+    rows = [(k, c) for k, v in peers.items() if v["durable"] for c in CLIENTS if f"{c}1024_rps" in v]
+    return max(rows, key=lambda r: peers[r[0]][f"{r[1]}1024_rps"]) if rows else None
+
+
 def peer_goals(result: dict[str, Any]) -> dict[str, Any]:
-    """qjm native against the project's goals for the peers: the best durable peer per figure, and the rest."""
+    """qjm native against the peers: the best durable peer per figure (throughput over both of its
+    clients), the project's goals (one record per request), and the non-durable peers."""
     n = result["summary"]["native"]
     peers: dict[str, dict[str, Any]] = result["peers"]
     durable = {k: v for k, v in peers.items() if v["durable"]}
@@ -212,13 +276,21 @@ def peer_goals(result: dict[str, Any]) -> dict[str, Any]:
         tput_ratio = _ratio(n["tput1024_rps"], durable[tput_best]["tput1024_rps"])
         out["latency"] = {"peer": lat_best, "ratio": lat_ratio, "goal": goals.LATENCY_OVER_PEER,
                           "met": lat_ratio <= goals.LATENCY_OVER_PEER}  # fmt: skip
-        out["throughput"] = {"peer": tput_best, "ratio": tput_ratio, "goal": goals.THROUGHPUT_OVER_PEER,
-                             "met": tput_ratio >= goals.THROUGHPUT_OVER_PEER}  # fmt: skip
+        met = tput_ratio >= goals.THROUGHPUT_OVER_PEER
+        out["throughput"] = {"peer": tput_best, "client": CLIENTS["tput"], "ratio": tput_ratio,
+                             "goal": goals.THROUGHPUT_OVER_PEER, "met": met}  # fmt: skip
+    best = best_durable(peers)
+    if best is not None:
+        peer, client = best
+        ratio = _ratio(n["tput1024_rps"], peers[peer][f"{client}1024_rps"])
+        out["best_durable_row"] = {"peer": peer, "client": CLIENTS[client], "ratio": ratio,
+                                   "words": times(ratio, "faster", "slower")}  # fmt: skip
     out["non_durable"] = {
         k: {
             "latency_ratio": _ratio(n["sync_p50_us"], v["sync_p50_us"]),
-            "throughput_ratio": _ratio(n["tput1024_rps"], v["tput1024_rps"]),
-            "met": n["sync_p50_us"] < v["sync_p50_us"] and n["tput1024_rps"] > v["tput1024_rps"],
+            "throughput_ratio": _ratio(n["tput1024_rps"], max(v.get(f"{c}1024_rps", 0.0) for c in CLIENTS)),
+            "met": n["sync_p50_us"] < v["sync_p50_us"]
+            and n["tput1024_rps"] > max(v.get(f"{c}1024_rps", 0.0) for c in CLIENTS),
         }
         for k, v in peers.items()
         if not v["durable"]
@@ -227,47 +299,67 @@ def peer_goals(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def peers_table(result: dict[str, Any]) -> str:
-    """Floor, qjm native and each peer on the two workloads, qjm native's ratio to each, and the goals."""
+    """Floor, qjm native and each peer both ways (one record per request, its batching client) on
+    the two workloads, qjm native against each row in words, and the goals."""
     s = result["summary"]
     n = s["native"]
     lines = [
-        "| system | durable per commit | sync p50 µs | sync p99 µs | 1 KiB rec/s | 1 KiB MB/s | 100 B rec/s "
-        "| latency qjm/peer | throughput qjm/peer |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| system | client | durable per commit | sync p50 µs | sync p99 µs | 1 KiB rec/s | 1 KiB MB/s | 100 B rec/s "
+        "| qjm native latency | qjm native 1 KiB throughput |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
 
-    def row(label: str, durable: str, v: dict[str, Any], ratios: bool) -> None:
-        lat = f"{_ratio(n['sync_p50_us'], v['sync_p50_us']):.2f}x" if ratios else "—"
-        tput = f"{_ratio(n['tput1024_rps'], v['tput1024_rps']):.1f}x" if ratios else "—"
+    def row(label: str, client: str, durable: str, v: dict[str, Any], kind: str, ratios: bool) -> None:
+        latency = kind == "tput"  # the batched rows have no latency of their own: one record per request
+        lat = times(_ratio(v["sync_p50_us"], n["sync_p50_us"]), "faster", "slower") if ratios and latency else "—"
+        tput = times(_ratio(n["tput1024_rps"], v[f"{kind}1024_rps"]), "faster", "slower") if ratios else "—"
+        p50 = _fig(v, "sync_p50_us") if latency else "—"
+        p99 = _fig(v, "sync_p99_us") if latency else "—"
         lines.append(
-            f"| {label} | {durable} | {_fmt(v['sync_p50_us'])} | {_fmt(v['sync_p99_us'])} "
-            f"| {_fmt(v['tput1024_rps'])} | {_fmt(v['tput1024_mbps'])} | {_fmt(v['tput100_rps'])} | {lat} | {tput} |"
+            f"| {label} | {client} | {durable} | {p50} | {p99} | {_fig(v, f'{kind}1024_rps')} "
+            f"| {_fmt(v[f'{kind}1024_mbps'])} | {_fig(v, f'{kind}100_rps')} | {lat} | {tput} |"
         )
 
-    row("disk floor (no network)", "yes (fdatasync)", s["floor"], False)
-    row("qjm native", "yes (fdatasync on a majority)", n, False)
+    row("disk floor (no network)", "—", "yes (fdatasync)", s["floor"], "tput", False)
+    row("qjm native", "pipelined writer", "yes (fdatasync on a majority)", n, "tput", False)
     for name, v in result["peers"].items():
         durable = "yes (fsync on a majority)" if v["durable"] else "**no**: not durable per message (sync interval)"
-        row(f"{PEER_LABELS.get(name, name)} {v['version']}", durable, v, True)
+        label = f"{PEER_LABELS.get(name, name)} {v['version']}"
+        row(label, CLIENTS["tput"], durable, v, "tput", True)
+        if "batch1024_rps" in v:
+            row(label, CLIENTS["batch"], durable, v, "batch", True)
     t = result["peer_goals"]
     lines.append("")
+    lines.append(
+        "Figures: median of the counted phases (min-max). 'qjm native latency/throughput': how much faster "
+        "(or slower) qjm native is than that row."
+    )
+    if "best_durable_row" in t:
+        b = t["best_durable_row"]
+        v = result["peers"][b["peer"]]
+        kind = "batch" if b["client"] == CLIENTS["batch"] else "tput"
+        lines.append(
+            f"against the best durable row ({PEER_LABELS.get(b['peer'], b['peer'])}, {b['client']}, "
+            f"{_fmt(v[f'{kind}1024_rps'])} 1 KiB rec/s): qjm native {_fmt(n['tput1024_rps'])} rec/s is {b['words']}"
+        )
     if "latency" in t:
         lat, tput = t["latency"], t["throughput"]
         p_lat, p_tput = result["peers"][lat["peer"]], result["peers"][tput["peer"]]
         lines.append(
             f"goal latency: qjm native sync p50 <= {lat['goal']}x the best durable peer "
             f"({PEER_LABELS.get(lat['peer'], lat['peer'])}, {_fmt(p_lat['sync_p50_us'])} µs): "
-            f"{_fmt(n['sync_p50_us'])} µs = {lat['ratio']:.2f}x -> {'met' if lat['met'] else 'missed'}"
+            f"{_fmt(n['sync_p50_us'])} µs = {lat['ratio']:.2f}x -> {_met(lat['met'])}"
         )
         lines.append(
-            f"goal throughput: qjm native 1 KiB rec/s >= {tput['goal']:.0f}x the best durable peer "
-            f"({PEER_LABELS.get(tput['peer'], tput['peer'])}, {_fmt(p_tput['tput1024_rps'])} rec/s): "
-            f"{_fmt(n['tput1024_rps'])} rec/s = {tput['ratio']:.1f}x -> {'met' if tput['met'] else 'missed'}"
+            f"goal throughput: qjm native 1 KiB rec/s >= {tput['goal']:.0f}x the best durable peer, one record per "
+            f"request ({PEER_LABELS.get(tput['peer'], tput['peer'])}, {_fmt(p_tput['tput1024_rps'])} rec/s): "
+            f"{_fmt(n['tput1024_rps'])} rec/s = {tput['ratio']:.1f}x -> {_met(tput['met'])}"
         )
     for name, v in t["non_durable"].items():
         lines.append(
-            f"goal ahead of non-durable {PEER_LABELS.get(name, name)}: latency {v['latency_ratio']:.2f}x, "
-            f"throughput {v['throughput_ratio']:.1f}x -> {'met' if v['met'] else 'missed'}"
+            f"goal ahead of non-durable {PEER_LABELS.get(name, name)} (its best client): latency "
+            f"{times(1 / v['latency_ratio'] if v['latency_ratio'] else float('nan'), 'faster', 'slower')}, "
+            f"throughput {times(v['throughput_ratio'], 'faster', 'slower')} -> {_met(v['met'])}"
         )
     m = result["machine"]
     if "loadavg_before_peers" in m:
@@ -275,38 +367,112 @@ def peers_table(result: dict[str, Any]) -> str:
         lines.append(f"load average {before:.1f} before the peers, {after:.1f} after")
     lines.append("")
     for name, v in result["peers"].items():
-        lines.append(f"- {PEER_LABELS.get(name, name)} {v['version']}: {v['how']}")
+        label = f"{PEER_LABELS.get(name, name)} {v['version']}"
+        lines.append(f"- {label}, one record per request: {v['how']}")
+        if v.get("how_batched"):
+            lines.append(f"- {label}, batched: {v['how_batched']}")
     return "\n".join(lines)
 
 
-def plot_result(result: dict[str, Any], path: str) -> None:
-    """Latency CDF of the three runs and throughput bars (matplotlib: the ``bench`` extra)."""
+def plot_result(result: dict[str, Any], path: str) -> list[str]:
+    """Four panels (matplotlib: the ``bench`` extra; the driver checks it is there before the run):
+    the sync latency CDF, throughput with its spread, failover with its interquartile range, and
+    the tail's staleness (or "not measured"). Returns the texts written: the title, each panel's
+    title, and the notes."""
     import matplotlib  # the bench extra: only --plot needs it
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    m = result["machine"]
+    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
+    (ax1, ax2), (ax3, ax4) = axes
+    title = f"qjm bench: qjm {m.get('qjm_version', '?')}, commit {str(m.get('commit') or '?')[:12]}, {m['cpus']} CPUs"
+    if "loadavg_before" in m and "loadavg_after" in m:
+        title += f", load average {m['loadavg_before'][0]:.1f} before, {m['loadavg_after'][0]:.1f} after"
+    if result["smoke"]:
+        title += "\nSMOKE RUN: tiny counts for CI, not figures to quote"
+    fig.suptitle(title, color="red" if result["smoke"] else "black")
     series = {name: (result["raw"][name]["latency"], result["summary"][name]) for name in ("floor", "native", "pure")}
     for name, v in result.get("peers", {}).items():  # --peers: the peers beside qjm
         series[PEER_LABELS.get(name, name)] = (result["raw"]["peers"][name]["latency"], v)
-    for name, (samples, _) in series.items():
-        lat = sorted(x * 1e6 for x in samples)
-        ax1.plot(lat, [(i + 1) / len(lat) for i in range(len(lat))], label=name)
-    ax1.set_xscale("log")
-    ax1.set_xlabel("sync commit latency of a 1 KiB batch (µs)")
+    top = 0.0
+    for name, (phases, _) in series.items():
+        lat = sorted(x * 1e6 for ph in phases for x in ph)
+        if lat:
+            top = max(top, pct(lat, 0.9))
+            ax1.plot(lat, [(i + 1) / len(lat) for i in range(len(lat))], label=name)
+    ax1.set_xlim(0, top * 1.1 or 1)  # linear, to the slowest p90: the tail beyond is in the table
+    ax1.set_xlabel("sync commit latency of one 1 KiB record (µs), linear, cut at the slowest p90")
     ax1.set_ylabel("fraction of commits")
-    ax1.legend()
-    ax1.grid(True, which="both", alpha=0.3)
-    width = 0.8 / len(series)
-    for j, (name, (_, summary)) in enumerate(series.items()):
-        vals = [summary[f"tput{s}_rps"] for s in RECORD_SIZES]
-        offset = (j - (len(series) - 1) / 2) * width
-        ax2.bar([i + offset for i in range(len(RECORD_SIZES))], vals, width, label=name)
+    ax1.set_title("sync commit latency (CDF, counted phases)")
+    ax1.legend(fontsize=8)
+    ax1.grid(True, alpha=0.3)
+
+    bars: list[tuple[str, dict[str, Any], str]] = [(name, v, "tput") for name, (_, v) in series.items()]
+    for name, v in result.get("peers", {}).items():
+        if "batch1024_rps" in v:
+            bars.append((f"{PEER_LABELS.get(name, name)} batched", v, "batch"))
+    width = 0.8 / len(bars)
+    for j, (name, v, kind) in enumerate(bars):
+        keys = [f"{kind}{s}_rps" for s in RECORD_SIZES]
+        vals = [v[k] for k in keys]
+        lo = [v[k] - v["spread"][k]["min"] if k in v.get("spread", {}) else 0.0 for k in keys]
+        hi = [v["spread"][k]["max"] - v[k] if k in v.get("spread", {}) else 0.0 for k in keys]
+        offset = (j - (len(bars) - 1) / 2) * width
+        ax2.bar([i + offset for i in range(len(RECORD_SIZES))], vals, width, yerr=[lo, hi], capsize=2, label=name)
     ax2.set_xticks(range(len(RECORD_SIZES)), [f"{s} B records" for s in RECORD_SIZES])
-    ax2.set_ylabel("records/s")
     ax2.set_yscale("log")
-    ax2.legend()
-    fig.tight_layout()
+    ax2.yaxis.set_major_formatter(FuncFormatter(lambda y, _: _si(y)))
+    ax2.set_ylabel("records/s (log scale)")
+    ax2.set_title("pipelined throughput: median, whiskers min-max of the phases")
+    ax2.legend(fontsize=7, ncol=2)
+    ax2.grid(True, axis="y", which="major", alpha=0.3)
+
+    kinds = [("failover_p50_ms", "standby process"), ("failover_cold_p50_ms", "cold process"),
+             ("failover_same_process_p50_ms", "same process")]  # fmt: skip
+    who = [("floor (disk work)", result["summary"]["floor"]), ("qjm native", result["summary"]["native"]),
+           ("qjm pure", result["summary"]["pure"])]  # fmt: skip
+    width = 0.8 / len(who)
+    for j, (name, v) in enumerate(who):
+        vals = [v[k] for k, _ in kinds]
+        sp = [v["spread"][k] for k, _ in kinds]
+        err = [
+            [x - s["q1"] for x, s in zip(vals, sp, strict=True)],
+            [s["q3"] - x for x, s in zip(vals, sp, strict=True)],
+        ]
+        offset = (j - (len(who) - 1) / 2) * width
+        ax3.bar([i + offset for i in range(len(kinds))], vals, width, yerr=err, capsize=2, label=name)
+    ax3.axhline(goals.FAILOVER_COLD_MS, color="grey", linestyle="--", label=f"goal {goals.FAILOVER_COLD_MS:.0f} ms")
+    ax3.set_xticks(range(len(kinds)), [label for _, label in kinds])
+    ax3.set_ylabel("fence + recover + first commit (ms)")
+    ax3.set_title("failover: median, whiskers the interquartile range")
+    ax3.legend(fontsize=8)
+    ax3.grid(True, axis="y", alpha=0.3)
+
+    n = result["summary"]["native"]
+    ax4.set_title("tail staleness (a reader following the writer)")
+    if f"{TAIL_STALENESS}p50_ms" in n:
+        keys = [k for k in (f"{TAIL_STALENESS}p50_ms", f"{TAIL_STALENESS}p99_ms") if k in n]
+        ax4.bar(range(len(keys)), [n[k] for k in keys], 0.5, label="qjm native")
+        ax4.set_xticks(range(len(keys)), [k.removeprefix(TAIL_STALENESS).replace("_ms", "") for k in keys])
+        ax4.set_ylabel("commit to read by the tail (ms)")
+        ax4.grid(True, axis="y", alpha=0.3)
+    else:
+        ax4.text(0.5, 0.5, "not measured in this run", ha="center", va="center", transform=ax4.transAxes)
+        ax4.set_xticks([])
+        ax4.set_yticks([])
+    fig.tight_layout(rect=(0, 0, 1, 0.94))  # room for the title
     fig.savefig(path, dpi=120)
+    texts = [title] + [ax.get_title() for ax in axes.flat] + [t.get_text() for ax in axes.flat for t in ax.texts]
     plt.close(fig)
+    return texts
+
+
+def _si(v: float) -> str:
+    """A tick label: 3000 -> "3k", 2.5e6 -> "2.5M"."""
+    for div, suffix in ((1e6, "M"), (1e3, "k")):
+        if v >= div:
+            return f"{v / div:g}{suffix}"
+    return f"{v:g}"

@@ -9,10 +9,13 @@ on loopback; its failover figures come from ``process_failover``, another proces
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from typing import Any
 
@@ -20,11 +23,15 @@ from qjm.bench.pipeline import batches_speedup, tail_staleness
 from qjm.bench.workload import (
     FAILOVER_WARMUP,
     LATENCY_RECORD,
+    PROGRESS,
     RECORD_SIZES,
     ROLL_PAIRS,
     ROLL_RECORD,
     cpu_per_record,
     cpu_seconds,
+    median_cpu,
+    phased,
+    progress,
     roll_every,
 )
 from qjm.client.reader import open_reader
@@ -35,42 +42,53 @@ PEER_TIMEOUT = {True: 240.0, False: 900.0}  # seconds for one peer worker (smoke
 
 
 def worker_qjm(base: str, cfg: dict[str, float]) -> dict[str, Any]:
-    """One writer (this process) and three JournalNode subprocesses that inherit this environment."""
+    """One writer (this process) and three JournalNode subprocesses that inherit this environment.
+
+    Raw samples: ``latency`` (one list of seconds per counted phase), ``tput{size}`` (records/s per
+    counted phase), the warm-up phases under ``*_warmup``, and the failover lists."""
     out: dict[str, Any] = {}
     with MiniJournalCluster(3, base) as c:
         w = open_writer(c.uri, create=True)
         rec = os.urandom(LATENCY_RECORD)
-        for _ in range(min(200, int(cfg["rounds"]))):  # warm-up
-            w.append(rec)
-            w.sync()
-        lat = []
-        for _ in range(int(cfg["rounds"])):
-            t = time.perf_counter()
-            w.append(rec)
-            w.sync()
-            lat.append(time.perf_counter() - t)
-        out["latency"] = lat
+
+        def latency_phase() -> list[float]:
+            lat = []
+            for _ in range(int(cfg["rounds"])):
+                t = time.perf_counter()
+                w.append(rec)
+                w.sync()
+                lat.append(time.perf_counter() - t)
+            return lat
+
+        out["latency_warmup"], out["latency"] = phased(cfg, "sync latency", latency_phase)
+        progress("tail staleness and packed reading")
         out["tail_staleness"] = tail_staleness(c.uri, w, int(cfg["tail_rounds"]))
         out |= batches_speedup(c.uri, w, int(cfg["read_records"]))
         pids = [n.proc.pid for n in c.nodes if n.proc is not None]
         for size in RECORD_SIZES:
-            w.roll()
             chunk = [os.urandom(size)] * 1000
-            before = cpu_seconds(pids)
-            t0 = time.perf_counter()
-            n = 0
-            while time.perf_counter() - t0 < cfg["seconds"]:
-                w.append_many(chunk)
-                n += len(chunk)
-            w.sync()
-            out[f"tput{size}"] = n / (time.perf_counter() - t0)
-            out[f"tput{size}_cpu"] = cpu_per_record(before, cpu_seconds(pids), n)  # writer + 3 nodes
+
+            def tput_phase(chunk: list[bytes] = chunk) -> tuple[float, dict[str, float]]:
+                w.roll()  # each phase starts a segment, as a long-running writer's phases would
+                before = cpu_seconds(pids)
+                t0 = time.perf_counter()
+                n = 0
+                while time.perf_counter() - t0 < cfg["seconds"]:
+                    w.append_many(chunk)
+                    n += len(chunk)
+                w.sync()
+                return n / (time.perf_counter() - t0), cpu_per_record(before, cpu_seconds(pids), n)
+
+            warm, counted = phased(cfg, f"{size} B records/s", tput_phase)
+            out[f"tput{size}_warmup"], out[f"tput{size}"] = warm[0], [r for r, _ in counted]
+            out[f"tput{size}_cpu"] = median_cpu([c for _, c in counted])  # writer + 3 nodes
             # A node more than queued_edits_limit_bytes behind is dropped until the next segment
             # (Hadoop's rule): then the figure is for two replicas, and the table says so.
             out[f"tput{size}_in_sync"] = sum(not lg.out_of_sync for lg in w.qjm.loggers.loggers)
         w = roll_variant(c.uri, w, cfg, out)
         w.roll()  # recover a small open segment, not the throughput phases' hundreds of MB
         os.sync()  # failover on a settled disk, not behind the writeback of the throughput phases
+        progress("failover: new writers in this process")
         fo = []
         warmup = FAILOVER_WARMUP if cfg["failovers"] > FAILOVER_WARMUP else 0
         for _ in range(warmup + int(cfg["failovers"])):
@@ -87,6 +105,7 @@ def worker_qjm(base: str, cfg: dict[str, float]) -> dict[str, Any]:
         out["failover_same_process"] = fo[warmup:]  # the first takeovers after gigabytes of writes are slower
         for key, follow in (("failover", True), ("failover_cold", False)):
             took = []
+            progress(f"failover: {'standby' if follow else 'cold'} processes")
             for _ in range(int(cfg["cold_failovers"])):
                 for _ in range(10):
                     w.append(rec)
@@ -105,6 +124,7 @@ def roll_variant(uri: str, w: Writer, cfg: dict[str, float], out: dict[str, Any]
     ``cfg["seconds"]`` each, ``ROLL_PAIRS`` of each), each by a writer opened with those settings,
     so that load that comes and goes weighs on both alike; returns the writer left open (rolls at
     the defaults)."""
+    progress("automatic roll: alternating phases with and without the writer's own rolls")
     chunk = [os.urandom(ROLL_RECORD)] * 1000
     done = {"noroll": [0, 0.0], "roll": [0, 0.0]}
     rolls = 0
@@ -165,6 +185,48 @@ def worker_process_failover(uri: str, follow_from: int) -> float:
     return took
 
 
+def run_json(what: str, cmd: list[str], env: dict[str, str] | None = None, timeout: float | None = None) -> Any:
+    """Run a worker command; show its progress lines on stderr as they come; its last stdout line as JSON.
+
+    The rest of its stderr is kept for the error a failed worker raises."""
+    with tempfile.TemporaryFile("w+") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.PIPE, text=True)
+        fired = threading.Event()
+
+        def kill() -> None:
+            fired.set()
+            proc.kill()
+
+        timer = threading.Timer(timeout, kill) if timeout else None
+        if timer is not None:
+            timer.start()
+        tail: collections.deque[str] = collections.deque(maxlen=400)
+        try:
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                if line.startswith(PROGRESS):
+                    sys.stderr.write(line)
+                    sys.stderr.flush()
+                else:
+                    tail.append(line)
+            rc = proc.wait()
+        finally:
+            if timer is not None:
+                timer.cancel()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        if fired.is_set():
+            raise RuntimeError(f"qjm bench: {what} did not finish in {timeout or 0:.0f} s")
+        if rc != 0:
+            raise RuntimeError(f"qjm bench: {what} failed ({rc}):\n{''.join(tail)[-4000:]}")
+        out.seek(0)
+        lines = out.read().strip().splitlines()
+    if not lines:
+        raise RuntimeError(f"qjm bench: {what} printed no result:\n{''.join(tail)[-4000:]}")
+    return json.loads(lines[-1])
+
+
 def run_worker(kind: str, base: str, smoke: bool, pure: bool) -> dict[str, Any]:
     """One ``floor`` or ``qjm`` worker in its own process (``pure``: on the pure-Python twins); its JSON result."""
     env = dict(os.environ)
@@ -178,10 +240,7 @@ def run_worker(kind: str, base: str, smoke: bool, pure: bool) -> dict[str, Any]:
         os.sync()  # each worker starts on a settled disk, not behind the last one's writeback
     if pure:
         cmd.append("--pure")
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"qjm bench: {kind} worker failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = run_json(f"{kind} worker", cmd, env)
     return result
 
 
@@ -190,11 +249,5 @@ def run_peer_worker(name: str, base: str, smoke: bool) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "qjm.bench", "--worker", "peer", "--peer", name, "--base", base]
     if smoke:
         cmd.append("--smoke")
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=PEER_TIMEOUT[smoke])
-    except subprocess.TimeoutExpired as e:
-        raise RuntimeError(f"qjm bench: peer {name} did not finish in {PEER_TIMEOUT[smoke]:.0f} s") from e
-    if proc.returncode != 0:
-        raise RuntimeError(f"qjm bench: peer {name} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = run_json(f"peer {name}", cmd, timeout=PEER_TIMEOUT[smoke])
     return result

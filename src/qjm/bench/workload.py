@@ -3,12 +3,21 @@
 The floor, qjm and the peers run the same two workloads: sync-commit latency of one
 ``LATENCY_RECORD``-byte record with one batch outstanding, and pipelined throughput of records of
 each of ``RECORD_SIZES`` bytes. ``FULL`` and ``SMOKE`` say how long each part runs.
+
+Every figure is measured in phases: one warm-up phase that is not counted (a cold JVM, the first
+segment files, connections still opening), then ``phases`` counted ones. The figure is the median
+of the counted phases and its spread their minimum and maximum (``spread``); the JSON keeps every
+phase. Failover figures are the median and interquartile range of their repetitions, each its own
+small run.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Final
+import statistics
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, Final, TypeVar
 
 from qjm.protocol.frame import FRAME_HEADER_SIZE, RECORD_PREFIX_SIZE
 
@@ -16,13 +25,16 @@ RECORD_SIZES: Final = (100, 1024)
 LATENCY_RECORD: Final = 1024
 BATCH_BYTES: Final = 64 * 1024  # the Writer's default batch_bytes
 
-# latency rounds, seconds per throughput phase, failover repetitions (warm and cold), records
-# whose tail staleness is measured, records read back one by one and packed
+# latency rounds per phase, seconds per throughput phase, counted phases (each part adds one
+# warm-up phase), failover repetitions (warm and cold), records whose tail staleness is measured,
+# records read back one by one and packed
 FULL: Final = {
-    "rounds": 3000, "seconds": 4.0, "failovers": 15, "cold_failovers": 9, "tail_rounds": 1000, "read_records": 200_000,
+    "rounds": 1000, "seconds": 2.0, "phases": 3, "failovers": 15, "cold_failovers": 9, "tail_rounds": 1000,
+    "read_records": 200_000,
 }  # fmt: skip
 SMOKE: Final = {
-    "rounds": 30, "seconds": 0.3, "failovers": 2, "cold_failovers": 1, "tail_rounds": 20, "read_records": 5000,
+    "rounds": 30, "seconds": 0.2, "phases": 2, "failovers": 2, "cold_failovers": 1, "tail_rounds": 20,
+    "read_records": 5000,
 }  # fmt: skip
 FAILOVER_WARMUP: Final = 3  # takeovers run before the counted ones (after the throughput phases)
 ROLL_EVERY: Final = 1.0  # seconds between the writer's own rolls in the roll variant (roll_interval)
@@ -35,6 +47,42 @@ def pct(values: list[float], p: float) -> float:
     """The ``p`` quantile of ``values`` (nearest rank), NaN for no values."""
     s = sorted(values)
     return s[min(len(s) - 1, int(len(s) * p))] if s else float("nan")
+
+
+T = TypeVar("T")
+
+PROGRESS: Final = "qjm bench: "  # the prefix of a worker's progress lines on stderr, which the driver shows
+
+
+def progress(message: str, step: bool = True) -> None:
+    """One progress line on stderr (a worker's stderr reaches the user only through these lines);
+    a ``step`` of a part is indented under the part's own line."""
+    print(f"{PROGRESS}{'  ' if step else ''}{message}", file=sys.stderr, flush=True)
+
+
+def phased(cfg: dict[str, float], what: str, measure: Callable[[], T]) -> tuple[T, list[T]]:
+    """``measure`` once as a warm-up, then ``cfg["phases"]`` times counted: (warm-up, counted)."""
+    progress(f"{what}: warm-up phase")
+    warm = measure()
+    counted = []
+    for i in range(int(cfg["phases"])):
+        progress(f"{what}: phase {i + 1}/{int(cfg['phases'])}")
+        counted.append(measure())
+    return warm, counted
+
+
+def spread(phases: Sequence[float]) -> dict[str, Any]:
+    """A figure measured in counted ``phases``: their median, minimum and maximum, and every phase."""
+    if not phases:
+        nan = float("nan")
+        return {"median": nan, "min": nan, "max": nan, "phases": []}
+    return {"median": statistics.median(phases), "min": min(phases), "max": max(phases), "phases": list(phases)}
+
+
+def iqr(samples: Sequence[float]) -> dict[str, Any]:
+    """A figure measured as repeated small runs (failovers): median, interquartile range, every run."""
+    return {"median": pct(list(samples), 0.5), "q1": pct(list(samples), 0.25), "q3": pct(list(samples), 0.75),
+            "runs": list(samples)}  # fmt: skip
 
 
 def records_per_batch(size: int) -> int:
@@ -72,3 +120,8 @@ def cpu_per_record(before: tuple[float, float], after: tuple[float, float], reco
         "cpu_user_ns": (after[0] - before[0]) / records * 1e9,
         "cpu_kernel_ns": (after[1] - before[1]) / records * 1e9,
     }
+
+
+def median_cpu(phases: list[dict[str, float]]) -> dict[str, float]:
+    """The median over counted phases of each CPU-per-record figure of ``cpu_per_record``."""
+    return {k: statistics.median(c[k] for c in phases) for k in phases[0]} if phases else {}

@@ -31,6 +31,7 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 import grpc
+import grpc._channel  # grpc imports it on the first channel: see below
 
 from qjm.protocol.rpcmeta import make_stub, open_channel
 from qjm.security.tls import TlsConfig
@@ -50,6 +51,9 @@ T = TypeVar("T")
 # Threads are made only when no idle one is free, and then kept. The bound must exceed the calls
 # that can block at once (a hung node holds a thread for its timeout), so it is generous.
 POOL_THREADS = 256
+
+# grpc.insecure_channel imports grpc._channel on its first call, several milliseconds of a cold
+# process's failover (design §1.4): imported above, with the module, instead.
 
 log = logging.getLogger("qjm.shared")
 

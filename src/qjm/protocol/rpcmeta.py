@@ -6,6 +6,9 @@ from typing import Any, Final
 
 import grpc
 
+# Imported here, not on the first stub: in a process taking the journal over cold that import
+# alone (the generated module and its message classes) would sit inside the failover.
+from qjm.protocol import qjournal_pb2_grpc as pbg  # type: ignore[attr-defined,unused-ignore]
 from qjm.security.certs import identity_of_pem
 from qjm.security.tls import TlsConfig
 
@@ -60,14 +63,10 @@ def peer_identity(context: grpc.ServicerContext) -> str | None:
 
 def make_stub(channel: grpc.Channel) -> Any:
     """The generated stub (its module has no type stubs, so it is typed ``Any`` in one place)."""
-    from qjm.protocol import qjournal_pb2_grpc as pbg
-
     return pbg.QJournalStub(channel)  # type: ignore[no-untyped-call]
 
 
 def add_servicer(servicer: object, server: grpc.Server) -> None:
-    from qjm.protocol import qjournal_pb2_grpc as pbg
-
     pbg.add_QJournalServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
 
 
