@@ -43,6 +43,7 @@ PUBLIC_API: dict[str, tuple[str, ...]] = {
     "fanout": (
         "Fanout",
         "Receiver",
+        "TlsClient",
         "ACK_SIZE",
         "MAX_WINDOW_COUNT",
         "wire_layout",

@@ -3,23 +3,29 @@
 ``Fanout`` is the writer's side: ``run`` serves every link from one thread with a selector; ``send``
 writes from the caller's thread while the link's queue is empty and leaves the rest to the loop.
 ``Receiver`` is the node's side of one connection. Written independently of the Cython module as
-the simplest correct code (style-anchors R4).
+the simplest correct code (style-anchors R4). TLS: a link added with a ``TlsClient`` runs an
+``ssl.SSLObject`` over two memory BIOs, as the Cython module runs libssl; a ``Receiver`` given an
+``ssl.SSLSocket`` reads through it.
 """
 
 from __future__ import annotations
 
 import collections
 import errno
+import os
 import selectors
 import socket
+import ssl
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from qjm._native.framing_py import decode_header
-from qjm.errors import CorruptFrameError, ResourceExhaustedError
+from qjm.errors import CorruptFrameError, ResourceExhaustedError, TlsError
 from qjm.protocol import wire
 from qjm.protocol.frame import FRAME_HEADER_SIZE, FRAME_MAGIC, MAX_PAYLOAD
+from qjm.security.tls import TlsConfig
 
 ACK_SIZE = wire.ACK.size
 MAX_WINDOW_COUNT = 1 << 20
@@ -27,13 +33,80 @@ MAX_WINDOW_COUNT = 1 << 20
 _RBUF = 131072  # > the largest reply: the error header, its code and its text
 _RECV = 1 << 20
 _FRAME_MAGIC = FRAME_MAGIC.to_bytes(4, "little")
+_TLS_CHUNK = 16384
+_Session = tuple[ssl.SSLObject, ssl.MemoryBIO, ssl.MemoryBIO]  # a TLS link's session and its two BIOs
+
+
+class TlsClient:
+    """A writer's side of data-plane TLS: its certificate chain and key (PEM files) and the CA
+    certificates it trusts; TLS 1.3 (``qjm.security.tls``), the node's certificate always verified."""
+
+    def __init__(
+        self, ca_file: str | os.PathLike[str], cert_file: str | os.PathLike[str], key_file: str | os.PathLike[str]
+    ) -> None:
+        ctx = TlsConfig(os.fspath(ca_file), os.fspath(cert_file), os.fspath(key_file)).client_ssl_context()
+        self.context = ctx
+
+    def _session(self, sock: socket.socket, server_name: str, timeout: float) -> _Session:
+        """A client session on memory BIOs, its handshake done over ``sock`` (non-blocking)."""
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        obj = self.context.wrap_bio(incoming, outgoing, server_hostname=server_name)
+        deadline = time.monotonic() + timeout
+        sel = selectors.DefaultSelector()
+        sel.register(sock, selectors.EVENT_READ)
+        try:
+            while True:
+                try:
+                    obj.do_handshake()
+                    done = True
+                except ssl.SSLWantReadError:
+                    done = False
+                except ssl.SSLError as e:
+                    _send_all(sock, outgoing.read(), sel, deadline, server_name)  # the alert, if any
+                    raise TlsError(f"TLS handshake with {server_name} failed: {e}") from None
+                _send_all(sock, outgoing.read(), sel, deadline, server_name)
+                if done:
+                    return obj, incoming, outgoing
+                sel.modify(sock, selectors.EVENT_READ)
+                if not sel.select(deadline - time.monotonic()):
+                    raise OSError(errno.ETIMEDOUT, f"TLS handshake with {server_name}: {os.strerror(errno.ETIMEDOUT)}")
+                try:
+                    data = sock.recv(_TLS_CHUNK)
+                except (BlockingIOError, InterruptedError):
+                    continue
+                if not data:
+                    raise TlsError(f"{server_name} hung up during the TLS handshake (is its data plane TLS?)")
+                incoming.write(data)
+        finally:
+            sel.close()
+
+
+def _send_all(sock: socket.socket, data: bytes, sel: selectors.BaseSelector, deadline: float, name: str) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[sock.send(view) :]
+        except (BlockingIOError, InterruptedError):
+            sel.modify(sock, selectors.EVENT_WRITE)
+            if not sel.select(deadline - time.monotonic()):
+                raise OSError(errno.ETIMEDOUT, f"TLS handshake with {name}: {os.strerror(errno.ETIMEDOUT)}") from None
+
 
 Callback = Callable[[int, int, str, object], None]
 
 
 class _Link:
-    def __init__(self, sock: socket.socket, max_count: int, max_bytes: int, quiet: bool = False) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        max_count: int,
+        max_bytes: int,
+        quiet: bool = False,
+        tls: _Session | None = None,
+    ) -> None:
         self.sock = sock
+        self.tls = tls
+        self.cipher = bytearray()  # TLS: ciphertext waiting to be sent
         self.quiet = quiet
         self.lock = threading.Lock()
         self.queue: collections.deque[memoryview] = collections.deque()
@@ -59,8 +132,38 @@ class _Link:
         self.inflight.clear()
         self.inflight_bytes = 0
 
+    def pending(self) -> bool:
+        return bool(self.queue) or bool(self.cipher)
+
+    def enqueue(self, prefix: bytes | None, frame: bytes) -> bool:
+        """Queue ``prefix`` (if any) and ``frame``, encrypted on a TLS link; False if the session refused."""
+        if self.tls is not None:
+            return (prefix is None or self.encrypt(prefix)) and self.encrypt(frame)
+        if prefix is not None:
+            self.queue.append(memoryview(prefix))
+        self.queue.append(memoryview(frame))
+        return True
+
+    def encrypt(self, data: bytes) -> bool:
+        """TLS: encrypt ``data`` into ``cipher``; False (the link failed) if the session refuses."""
+        assert self.tls is not None
+        obj, _, outgoing = self.tls
+        try:
+            obj.write(data)
+        except ssl.SSLError as e:
+            self.fail("tls", str(e))
+            return False
+        self.cipher += outgoing.read()
+        return True
+
     def flush(self) -> None:
         """Send queued bytes until the socket would block; OSError propagates."""
+        while self.cipher:
+            try:
+                n = self.sock.send(self.cipher)
+            except (BlockingIOError, InterruptedError):
+                return
+            del self.cipher[:n]
         while self.queue:
             try:
                 n = self.sock.send(self.queue[0])
@@ -105,9 +208,34 @@ class _Link:
                 self.fail("reply", magic)
         del buf[:pos]
 
-    def read(self) -> None:
+    def decrypt(self, chunk: bytes) -> None:
+        assert self.tls is not None
+        obj, incoming, outgoing = self.tls
+        incoming.write(chunk)
         while self.open:
             if len(self.rbuf) >= _RBUF:
+                self.fail("reply", bytes(self.rbuf[:4]))
+                return
+            try:
+                data = obj.read(_RBUF - len(self.rbuf))
+            except ssl.SSLWantReadError:
+                break
+            except ssl.SSLZeroReturnError:
+                self.fail("eof", None)
+                return
+            except ssl.SSLError as e:
+                self.fail("tls", str(e))
+                return
+            if not data:
+                self.fail("eof", None)
+                return
+            self.rbuf += data
+            self.parse()
+        self.cipher += outgoing.read()  # what the session answered (a key update), sent with the rest
+
+    def read(self) -> None:
+        while self.open:
+            if self.tls is None and len(self.rbuf) >= _RBUF:
                 self.fail("reply", bytes(self.rbuf[:4]))
                 return
             try:
@@ -120,6 +248,9 @@ class _Link:
             if not chunk:
                 self.fail("eof", None)
                 return
+            if self.tls is not None:
+                self.decrypt(chunk)
+                continue
             self.rbuf += chunk
             self.parse()
 
@@ -159,7 +290,7 @@ class Fanout:
     def _want_write(self, link: int, lk: _Link) -> None:
         # Called with lk.lock held (lock order: link, then engine), so the interest always matches
         # the queue: watch for writability exactly while bytes wait.
-        want = bool(lk.queue)
+        want = lk.pending()
         if want != lk.writing and lk.open:
             with self._lock:
                 if link in self._links:
@@ -185,21 +316,32 @@ class Fanout:
         max_count: int = MAX_WINDOW_COUNT,
         max_bytes: int = 1 << 62,
         report_acks: bool = True,
+        tls: TlsClient | None = None,
+        server_name: str = "",
+        timeout: float = 30.0,
     ) -> int:
         """Register a connected socket (made non-blocking); returns the link id.
 
         With ``report_acks=False`` the link is quiet: ``run``'s callback hears only of its failure,
-        and its acks just wake ``wait_news`` (read them with ``acked``).
+        and its acks just wake ``wait_news`` (read them with ``acked``). With ``tls`` the link is
+        encrypted: the TLS handshake runs here first (at most ``timeout`` seconds), the node's
+        certificate checked against ``tls``'s CA and ``server_name`` (a host name or an IP
+        address); a refusal raises TlsError, a timeout or a hang-up OSError.
         """
         if self._closed:
             raise ValueError("Fanout is closed")
         if max_count < 1 or max_bytes < 1:
             raise ValueError("max_count and max_bytes must be >= 1")
+        if timeout != timeout or timeout <= 0:
+            raise ValueError("timeout must be > 0")
+        if tls is not None and not server_name:
+            raise ValueError("a TLS link needs the node's server_name to check its certificate against")
         sock.setblocking(False)
+        session = None if tls is None else tls._session(sock, server_name, timeout)
         with self._lock:
             link = self._next
             self._next += 1
-            self._links[link] = _Link(sock, max_count, max_bytes, quiet=not report_acks)
+            self._links[link] = _Link(sock, max_count, max_bytes, quiet=not report_acks, tls=session)
             self._sel.register(sock, selectors.EVENT_READ, link)
         return link
 
@@ -225,23 +367,21 @@ class Fanout:
                 lk.fail("window", None)
                 rc = 1
             else:
-                was_empty = not lk.queue
-                if prefix is not None:
-                    lk.queue.append(memoryview(prefix))
-                lk.queue.append(memoryview(frame))
-                if last_txid:
-                    lk.inflight.append((last_txid, n))
-                    lk.inflight_bytes += n
-                if not was_empty:
-                    return 0
-                try:
-                    lk.flush()
-                except OSError as e:
-                    lk.fail("oserror", e.errno)
-                    rc = -1
-                else:
-                    self._want_write(link, lk)
-                    return 0
+                rc = -1  # unless queued below: the TLS session refused, or the write failed
+                was_empty = not lk.pending()
+                if lk.enqueue(prefix, frame):
+                    if last_txid:
+                        lk.inflight.append((last_txid, n))
+                        lk.inflight_bytes += n
+                    if not was_empty:
+                        return 0
+                    try:
+                        lk.flush()
+                    except OSError as e:
+                        lk.fail("oserror", e.errno)
+                    else:
+                        self._want_write(link, lk)
+                        return 0
             self._unwatch(link, lk)
         self._wake()  # let the loop report the failure
         return rc
@@ -312,7 +452,8 @@ class Fanout:
 
         ``code`` is ``""`` (acked advanced), ``"reply"`` (the node sent an ERROR or something
         unparseable: ``detail`` holds those bytes), ``"eof"``, ``"oserror"`` (``detail`` = errno) or
-        ``"window"`` (a send found the in-flight window full).
+        ``"window"`` (a send found the in-flight window full), ``"tls"`` (the link's TLS session
+        failed: ``detail`` is the reason, as text).
         """
         if self._closed:
             raise ValueError("Fanout is closed")

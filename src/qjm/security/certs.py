@@ -74,6 +74,7 @@ _CA_KEY_USAGE = x509.KeyUsage(
     key_agreement=False, key_cert_sign=True, crl_sign=True, encipher_only=False, decipher_only=False,
 )  # fmt: skip
 
+
 def init_ca(directory: str, *, name: str = "qjm CA", days: int = 3650, overwrite: bool = False) -> str:
     """Create a CA in ``directory`` (``ca.pem``, ``ca.key``); returns the CA certificate's path.
     An existing CA is kept unless ``overwrite``: replacing it would orphan every certificate it signed."""

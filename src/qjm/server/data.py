@@ -9,6 +9,12 @@ a busy writer gets larger groups. A bad frame, a stale epoch or a txid gap is an
 ERROR message and the connection is closed: a stream cannot be resynchronised safely, and the
 writer treats the node as out of sync until its next segment (style-anchors R17: the error
 becomes state, never an unwind through the receive loop).
+
+With TLS (design §9.4) the connection's thread first runs the handshake through Python's ``ssl``
+(a client certificate signed by the node's CA required), bounded by ``hello_timeout`` like the
+hello; the Receiver then reads through the ``ssl.SSLSocket``, and the writer's identity must hold
+the writer role on the journal its hello names. A peer that does not start with a TLS handshake
+record (a plaintext writer, garbage) is answered with one plaintext ERROR (code TLS) and closed.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import logging
 import socket
 import socketserver
+import ssl
 import struct
 import threading
 from collections.abc import Callable, Sequence
@@ -23,8 +30,10 @@ from typing import Any
 
 from qjm._native import fanout
 from qjm.addresses import family_of
-from qjm.errors import QJMError, ResourceExhaustedError, to_code
+from qjm.errors import QJMError, ResourceExhaustedError, TlsError, to_code
 from qjm.protocol import wire
+from qjm.security.authz import WRITER, Authorizer
+from qjm.security.tls import TlsConfig, identity_of_der
 from qjm.server.frame_memory import FrameMemory
 from qjm.server.journal import Journal
 from qjm.server.limits import NodeLimits
@@ -61,6 +70,18 @@ def _set_receive_timeout(sock: socket.socket, seconds: float) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", whole, int((seconds - whole) * 1e6)))
 
 
+_TLS_HANDSHAKE_RECORD = 0x16  # the first byte of every TLS ClientHello
+
+
+def _set_timeout(sock: socket.socket, seconds: float) -> None:
+    """The receive timeout of a connection: SO_RCVTIMEO on a plain socket (read by the native
+    receiver), ``settimeout`` on an ``ssl.SSLSocket`` (read through Python); 0 clears it."""
+    if isinstance(sock, ssl.SSLSocket):
+        sock.settimeout(seconds or None)
+    else:
+        _set_receive_timeout(sock, seconds)
+
+
 class _Conn(socketserver.BaseRequestHandler):
     server: DataServer
 
@@ -73,7 +94,49 @@ class _Conn(socketserver.BaseRequestHandler):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, limits.keepalive_idle)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, limits.keepalive_interval)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, limits.keepalive_count)
-        _set_receive_timeout(sock, limits.hello_timeout)
+        identity: str | None = None
+        if self.server.tls_context is not None:
+            secured = self._accept_tls(sock, self.server.tls_context)
+            if secured is None:
+                return
+            sock = secured
+            identity = identity_of_der(secured.getpeercert(binary_form=True) or b"")
+        try:
+            self._serve(sock, identity)
+        finally:
+            if sock is not self.request:
+                sock.close()
+
+    def _accept_tls(self, sock: socket.socket, context: ssl.SSLContext) -> ssl.SSLSocket | None:
+        """The TLS handshake, within ``hello_timeout``; None (logged, counted, closed) if refused.
+
+        The session runs on a duplicate of the connection's descriptor, so that the server still
+        holds the connection itself (``close_connections`` shuts it down under a blocked read)."""
+        sock.settimeout(self.server.limits.hello_timeout)
+        try:
+            first = sock.recv(1, socket.MSG_PEEK)
+        except OSError as e:
+            self.server.count_tls_refusal(self.client_address, f"no TLS handshake: {e}")
+            return None
+        if not first:
+            return None
+        if first[0] != _TLS_HANDSHAKE_RECORD:
+            err = TlsError("this node's data plane requires TLS (mutual, with a certificate of its CA)")
+            self.server.count_tls_refusal(self.client_address, "a peer that does not speak TLS")
+            self._send_error(sock, to_code(err), str(err), 0)
+            return None
+        secured = context.wrap_socket(sock.dup(), server_side=True, do_handshake_on_connect=False)
+        try:
+            secured.do_handshake()
+        except (ssl.SSLError, OSError) as e:
+            self.server.count_tls_refusal(self.client_address, f"TLS handshake failed: {e}")
+            secured.close()
+            return None
+        return secured
+
+    def _serve(self, sock: socket.socket, identity: str | None) -> None:
+        limits = self.server.limits
+        _set_timeout(sock, limits.hello_timeout)
         rx = fanout.Receiver(sock, limits.max_frame_bytes, self.server.frame_memory)
         durable = 0
 
@@ -86,7 +149,8 @@ class _Conn(socketserver.BaseRequestHandler):
             jid = rx.hello()
             if jid is None:
                 return
-            _set_receive_timeout(sock, limits.idle_timeout)
+            self.server.authz.check(identity, jid, WRITER)
+            _set_timeout(sock, limits.idle_timeout)
             with self.server.journals.lease(jid) as journal:
                 while True:
                     run = rx.next_run()
@@ -122,15 +186,32 @@ class DataServer(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], journals: JournalRegistry, limits: NodeLimits) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        journals: JournalRegistry,
+        limits: NodeLimits,
+        *,
+        tls: TlsConfig | None = None,
+        authz: Authorizer | None = None,
+    ) -> None:
         self.journals = journals
         self.limits = limits
+        # With TLS, a client certificate signed by the CA is required, and its identity is checked
+        # against ``authz`` for the writer role on the journal the hello names (design §9.4).
+        self.tls_context = tls.server_ssl_context() if tls is not None else None
+        self.authz = authz or Authorizer()
+        self.tls_refusals = 0
         self.frame_memory = FrameMemory(limits.frame_memory, limits.frame_memory_wait)
         self._conns: set[socket.socket] = set()
         self._conns_lock = threading.Lock()
         self.refused_connections = 0
         self.address_family = family_of(address[0])  # read by the base class when it makes the socket
         super().__init__(address, _Conn)
+
+    def count_tls_refusal(self, peer: object, why: str) -> None:
+        self.tls_refusals += 1
+        log.warning("data plane %s: refused: %s", peer, why)
 
     def connection_count(self) -> int:
         with self._conns_lock:
