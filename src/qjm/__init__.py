@@ -30,15 +30,19 @@ if TYPE_CHECKING:
     from qjm.client.manager import QuorumJournalManager
     from qjm.client.reader import Reader, open_reader
     from qjm.client.writer import Writer, open_writer
+    from qjm.config import QJMConfig
+    from qjm.security.tls import TlsConfig
 
 __all__ = [
     "CorruptFrameError",
     "FencedError",
     "NotFormattedError",
+    "QJMConfig",
     "QJMError",
     "QuorumError",
     "QuorumJournalManager",
     "Reader",
+    "TlsConfig",
     "Writer",
     "__version__",
     "open_reader",
@@ -49,6 +53,8 @@ _LAZY = {
     "QuorumJournalManager": "qjm.client.manager",
     "Writer": "qjm.client.writer",
     "open_writer": "qjm.client.writer",
+    "QJMConfig": "qjm.config",
+    "TlsConfig": "qjm.security.tls",
     "Reader": "qjm.client.reader",
     "open_reader": "qjm.client.reader",
 }

@@ -99,6 +99,21 @@ def family_of(host: str) -> socket.AddressFamily:
     return socket.AF_INET if socket.AF_INET in families else socket.AF_INET6
 
 
+def is_loopback(host: str) -> bool:
+    """True if ``host`` (an address, or a name: every address it resolves to) is this machine's
+    loopback; a wildcard is every interface, so never loopback."""
+    if is_wildcard(host):
+        return False
+    text = host.strip("[]")
+    if _is_ip(text):
+        return ipaddress.ip_address(text).is_loopback
+    try:
+        infos = socket.getaddrinfo(text, None, type=socket.SOCK_STREAM)
+    except socket.gaierror:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(str(info[4][0]).split("%")[0]).is_loopback for info in infos)
+
+
 def advertised(bind_host: str, bound_port: int, advertise: str | None) -> str:
     """What a node tells clients about one of its ports.
 

@@ -29,7 +29,7 @@ from qjm._version import __version__
 from qjm.client.manager import QuorumJournalManager
 from qjm.client.reader import open_reader
 from qjm.config import URI_SYNTAX, QJMConfig
-from qjm.errors import ConfigError, NodeUnavailableError, QJMError, StorageError
+from qjm.errors import ConfigError, InsecureBindError, NodeUnavailableError, QJMError, StorageError
 from qjm.logs import FORMATS, LEVELS, configure_logging
 from qjm.protocol.frame import SEGMENT_HEADER_SIZE
 from qjm.security import certs
@@ -40,6 +40,7 @@ from qjm.settings import (
     CONFIG_ENV,
     HADOOP_CONF_ENV,
     NODE_KEYS,
+    TLS_KEYS,
     client_settings,
     flag_name,
     gather,
@@ -61,6 +62,9 @@ def add_node_arguments(p: argparse.ArgumentParser) -> None:
         if key == "http_address":
             continue  # Hadoop's combined form, for files; the flags are --http-bind and --http-port
         names = [flag_name(key), "--host"] if key == "bind" else [flag_name(key)]
+        if key == "insecure":
+            p.add_argument(flag_name(key), dest=key, action="store_const", const="true", default=None, help=text)
+            continue
         p.add_argument(*names, dest=key, default=None, metavar=metavar(key), help=text)
     _add_settings_args(p)
     p.add_argument("--ready-line", action="store_true", help="print READY ... on stdout once serving")
@@ -75,11 +79,16 @@ def serve_node(a: argparse.Namespace, hooks: JournalHooks | None = None) -> int:
     logging.getLogger("qjm").info("settings: %s", ", ".join(f"{k} from {where}" for k, where in st.origins))
     _check_data_dir(st.data_dir)
     log.info("starting JournalNode %s (pid %d) on %s", __version__, os.getpid(), st.data_dir)
-    node = JournalNode(
-        st.data_dir, host=st.rpc_bind, rpc_port=st.rpc_port, data_host=st.data_bind, data_port=st.data_port,
-        rpc_advertise=st.rpc_advertise, data_advertise=st.data_advertise, hooks=hooks,
-        http_host=st.http_bind, http_port=st.http_port, limits=node_limits(dict(st.limits)),
-    ).start()  # fmt: skip
+    try:
+        node = JournalNode(
+            st.data_dir, host=st.rpc_bind, rpc_port=st.rpc_port, data_host=st.data_bind, data_port=st.data_port,
+            rpc_advertise=st.rpc_advertise, data_advertise=st.data_advertise, hooks=hooks,
+            http_host=st.http_bind, http_port=st.http_port, limits=node_limits(dict(st.limits)),
+            tls=st.tls, authz=st.authz, insecure=st.insecure, peers=st.peers,
+        ).start()  # fmt: skip
+    except InsecureBindError as e:
+        print(f"qjm journalnode: {e}", file=sys.stderr)
+        return 2
     done = threading.Event()
     got: list[str] = []
 
@@ -123,9 +132,8 @@ def _check_data_dir(path: str) -> None:
 
 def _client(a: argparse.Namespace) -> tuple[str, QJMConfig]:
     """The URI and client settings of a command: its URI argument over QJM_URI, --config and --hadoop-conf."""
-    st = client_settings(
-        gather("client", flags={"uri": a.uri}, config_path=a.config, hadoop_conf=a.hadoop_conf, env=os.environ)
-    )
+    flags = {"uri": a.uri, **{key: getattr(a, key) for key in TLS_KEYS}}
+    st = client_settings(gather("client", flags=flags, config_path=a.config, hadoop_conf=a.hadoop_conf, env=os.environ))
     if st.uri is None:
         raise ConfigError(
             f"no journal URI: give it as an argument, QJM_URI, or uri in [client] of --config ({URI_SYNTAX})"
@@ -276,6 +284,8 @@ def _add_settings_args(s: argparse.ArgumentParser) -> None:
 def _add_uri_arg(s: argparse.ArgumentParser) -> None:
     s.add_argument("uri", nargs="?", default=None, help=f"the journal (else QJM_URI or [client] uri): {URI_SYNTAX}")
     _add_settings_args(s)
+    for key, (_, text) in TLS_KEYS.items():
+        s.add_argument(flag_name(key), dest=key, default=None, metavar="FILE", help=f"{text} (else QJM_{key.upper()})")
 
 
 def register(add: AddCommand) -> None:

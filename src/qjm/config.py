@@ -8,6 +8,7 @@ from typing import Any
 
 from qjm.addresses import join_host_port, split_host_port
 from qjm.errors import ConfigError, JournalIdError
+from qjm.security.tls import TlsConfig
 
 DEFAULT_RPC_PORT = 8485
 _JID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
@@ -115,6 +116,8 @@ class QJMConfig:
     lag_wait: float = 0.5
     namespace_id: int = 0x514A4D  # "QJM"
     cluster_id: str = "qjm"
+    # Mutual TLS to the nodes (design §9.1); None: plaintext, as to a node serving without TLS.
+    tls: TlsConfig | None = None
 
     def with_timeouts(self, **kw: float) -> QJMConfig:
         return replace(self, timeouts=replace(self.timeouts, **kw))

@@ -126,6 +126,12 @@ class StorageError(QJMError, OSError):
     code = "STORAGE"
 
 
+class InsecureBindError(ConfigError):
+    """A node told to listen beyond loopback without TLS and without ``--insecure`` (design §9.1)."""
+
+    code = "INSECURE_BIND"
+
+
 class BindError(QJMError, OSError):
     """A node cannot listen where it was told to: the port is taken, or the address is not this host's."""
 
@@ -203,9 +209,12 @@ BY_CODE: dict[str, type[QJMError]] = {c.code: c for c in _all_subclasses(QJMErro
 
 
 def to_code(e: QJMError) -> str:
-    """The error's wire code; fencing carries its epochs (``FENCED;1;2``) so the client can report them."""
+    """The error's wire code; fencing carries its epochs (``FENCED;1;2``) so the client can report them,
+    a refusal the role it lacked (``PERMISSION_DENIED;writer``)."""
     if isinstance(e, FencedError):
         return f"{e.code};{e.request_epoch};{e.promised_epoch}"
+    if isinstance(e, PermissionDeniedError) and e.role:
+        return f"{e.code};{e.role}"
     return e.code
 
 
@@ -217,4 +226,6 @@ def from_code(code: str, message: str) -> QJMError:
         return QJMError(message)
     if cls is FencedError and len(extra) == 2 and all(x.lstrip("-").isdigit() for x in extra):
         return FencedError(message, request_epoch=int(extra[0]), promised_epoch=int(extra[1]))
+    if cls is PermissionDeniedError and len(extra) == 1:
+        return PermissionDeniedError(message, role=extra[0])
     return cls(message)

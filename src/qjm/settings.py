@@ -17,7 +17,7 @@ from __future__ import annotations
 import tomllib
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from qjm.addresses import is_wildcard, join_host_port, parse_port, split_host_port
@@ -96,6 +96,14 @@ def _flag(v: Any, where: str) -> bool:
     raise ConfigError(f"{where}: expected true or false, got {v!r}")
 
 
+def _addresses(v: Any, where: str) -> tuple[str, ...]:
+    """``HOST:PORT`` addresses: a TOML list, or one string with commas between them."""
+    items = v if isinstance(v, list) else _text(v, where).split(",")
+    if not items:
+        raise ConfigError(f"{where}: expected HOST:PORT addresses, got none")
+    return tuple(_host_port(item.strip() if isinstance(item, str) else item, where) for item in items)
+
+
 def _number(kind: type) -> Callable[[Any, str], Any]:
     def convert(v: Any, where: str) -> Any:
         if isinstance(v, bool):
@@ -158,6 +166,11 @@ NODE_KEYS["insecure"] = (
     "serve without TLS on a non-loopback address (refused otherwise): anyone who can reach the ports "
     "may read, write, fence or format any journal",
 )
+NODE_KEYS["peers"] = (
+    _addresses,
+    "HOST:PORT control addresses of the journal's nodes, as writers name them; recovery downloads only "
+    "from these (default: any node whose certificate the CA signed, with TLS; anywhere, without)",
+)
 LIMIT_KEYS = ("max_open_journals", "max_data_connections", "frame_memory_mb", "idle_timeout")
 """The node's resource bounds among ``NODE_KEYS`` (``qjm.server.limits.NodeLimits``)."""
 
@@ -172,7 +185,7 @@ def _client_keys() -> dict[str, tuple[Converter, str]]:
     for f in fields(Timeouts):
         keys[f"{f.name}_timeout"] = (_number(float), f"seconds to wait for {f.name.replace('_', ' ')}")
     for f in fields(QJMConfig):
-        if f.name != "timeouts":
+        if f.name not in ("timeouts", "tls"):  # tls: the three TLS_KEYS
             keys[f.name] = (_BY_TYPE[str(f.type)], f"client setting {f.name} (qjm.config.QJMConfig)")
     keys.update(TLS_KEYS)
     return keys
@@ -482,6 +495,7 @@ class NodeSettings:
     tls: TlsConfig | None = None
     insecure: bool = False
     authz: Authorizer | None = None  # the [authz] table of --config; None: none given
+    peers: tuple[str, ...] | None = None
     origins: tuple[tuple[str, str], ...] = ()  # key → where its value came from, for the start log
 
 
@@ -515,6 +529,7 @@ def node_settings(values: Mapping[str, Value]) -> NodeSettings:
         tls=tls_from(values),
         insecure=get("insecure", False),
         authz=get(AUTHZ_TABLE),
+        peers=get("peers"),
         origins=tuple((k, v.origin) for k, v in sorted(values.items())),
     )
 
@@ -528,7 +543,8 @@ class ClientSettings:
 
 def client_settings(values: Mapping[str, Value]) -> ClientSettings:
     uri = values["uri"].value if "uri" in values else None
-    return ClientSettings(uri, client_config(values), tls_from(values))
+    tls = tls_from(values)
+    return ClientSettings(uri, replace(client_config(values), tls=tls), tls)
 
 
 def load_client_settings(

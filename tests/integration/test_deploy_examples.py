@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from qjm.settings import client_settings, gather, node_settings
+from qjm.testing.certs import Pki
 from qjm.testing.netns import NodeProcess
 
 DEPLOY = Path(__file__).resolve().parents[2] / "examples" / "deploy"
@@ -46,15 +47,17 @@ def test_the_systemd_unit_verifies(tmp_path: Path) -> None:
     assert r.returncode == 0 and not complaints, r.stdout + r.stderr
 
 
-def test_the_unit_command_starts_a_node_on_the_sample_toml(tmp_path: Path) -> None:
+def test_the_unit_command_starts_a_node_on_the_sample_toml(tmp_path: Path, pki: Pki) -> None:
     """The unit's command line with the sample TOML in place of /etc/qjm/journalnode.toml: the node
     reads the file and serves, advertising the file's host name. Flags move it to loopback, free
-    ports and a scratch directory."""
+    ports, a scratch directory and test certificates."""
     cmd = exec_start()
     assert cmd[:2] == [INSTALLED_QJM, "journalnode"] and INSTALLED_TOML in cmd, cmd
     args = [str(TOML) if a == INSTALLED_TOML else a for a in cmd[2:]]
     overrides = ["--data-dir", str(tmp_path / "data"), "--bind", "127.0.0.1"]
     overrides += ["--rpc-port", "0", "--data-port", "0", "--http-port", "0"]
+    tls = pki.nodes[0]
+    overrides += ["--tls-ca", tls.ca_file, "--tls-cert", tls.cert_file, "--tls-key", tls.key_file]
     log = tmp_path / "node.log"
     node = NodeProcess([*args, *overrides], log=log)
     try:
@@ -66,6 +69,7 @@ def test_the_unit_command_starts_a_node_on_the_sample_toml(tmp_path: Path) -> No
         node.stop()
     assert node.proc.returncode == 0, log.read_text()  # SIGTERM: a clean stop
     assert f"advertise from {TOML}" in log.read_text()  # the start log names where each setting came from
+    assert "mutual TLS, 5 identities granted" in log.read_text()  # the sample's [authz] table
 
 
 def test_the_sample_toml_is_what_it_says() -> None:
@@ -73,7 +77,12 @@ def test_the_sample_toml_is_what_it_says() -> None:
     assert (node.data_dir, node.rpc_bind, node.data_bind) == ("/var/lib/qjm", "0.0.0.0", "0.0.0.0")
     assert (node.rpc_port, node.data_port, node.http_bind, node.http_port) == (8485, 8486, "0.0.0.0", 8480)
     assert (node.rpc_advertise, node.data_advertise) == ("jn1.example", "jn1.example")
+    assert node.tls is not None and node.tls.cert_file == "/etc/qjm/pki/jn1.pem" and not node.insecure
+    assert node.authz is not None and node.authz.allowed("namenode", "edits", "writer")
+    assert not node.authz.allowed("namenode", "edits", "admin") and node.authz.allowed("jn2", "edits", "reader")
+    assert node.peers == ("jn1.example:8485", "jn2.example:8485", "jn3.example:8485")
     client = client_settings(gather("client", config_path=str(TOML), env={}))
+    assert client.tls is not None and client.config.tls == client.tls
     assert client.uri == URI
     assert client.config.timeouts.write_txns == 20.0 and client.config.queued_edits_limit_bytes == 10 << 20
 

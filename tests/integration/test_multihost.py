@@ -61,10 +61,10 @@ def _run_in(net: NamespaceNet, host: int, *args: str) -> subprocess.CompletedPro
 def test_three_hosts_and_a_writer_on_a_fourth(net: NamespaceNet, tmp_path: Path, family: str) -> None:
     wildcard = "::" if family == "ipv6" else "0.0.0.0"
     addr = [h.address(family) for h in net.hosts]
-    binds = [
-        ["--bind", wildcard],  # advertises its ports only: the writer supplies the host
-        ["--bind", wildcard, "--advertise", addr[1]],
-        ["--bind", addr[2]],
+    binds = [  # plaintext beyond loopback needs --insecure (test_security covers TLS)
+        ["--bind", wildcard, "--insecure"],  # advertises its ports only: the writer supplies the host
+        ["--bind", wildcard, "--advertise", addr[1], "--insecure"],
+        ["--bind", addr[2], "--insecure"],
     ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("QJM_") or k in KEEP_ENV}
     nodes: list[NodeProcess] = []

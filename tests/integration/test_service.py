@@ -76,7 +76,8 @@ def test_a_wildcard_bind_is_never_advertised_and_clients_still_reach_the_data_pl
     client on another host would dial as itself) and the writer dials the host it reached the
     control plane at."""
     for i in range(3):
-        args = ["--data-dir", str(tmp_path / f"n{i}"), "--bind", "0.0.0.0", "--rpc-port", "0", "--data-port", "0"]
+        args = ["--data-dir", str(tmp_path / f"n{i}"), "--bind", "0.0.0.0", "--insecure"]
+        args += ["--rpc-port", "0", "--data-port", "0"]
         args += ["--http-port", "0"]  # three nodes on one host: not all on the default 8480
         nodes.append(NodeProcess(args, log=tmp_path / f"n{i}.log", env=clean_env()))
     for n in nodes:
@@ -109,7 +110,7 @@ def test_advertised_addresses_are_what_clients_dial(tmp_path: Path) -> None:
 @pytest.mark.parametrize("bind", ["::1", "::"])
 def test_ipv6_nodes_and_bracketed_uri(tmp_path: Path, bind: str) -> None:
     """Nodes bound to an IPv6 address serve writers and readers that name them as ``[::1]:port``."""
-    ns = [JournalNode(str(tmp_path / f"n{i}"), host=bind).start() for i in range(3)]
+    ns = [JournalNode(str(tmp_path / f"n{i}"), host=bind, insecure=bind == "::").start() for i in range(3)]
     try:
         uri = "qjournal://" + ";".join(f"[::1]:{n.rpc_port}" for n in ns) + "/v6"
         w = qjm.open_writer(uri, create=True)

@@ -12,7 +12,8 @@ from cryptography import x509
 from qjm.errors import ConfigError, PermissionDeniedError, from_code, to_code
 from qjm.security import certs
 from qjm.security.authz import ADMIN, READER, WRITER, Authorizer, authorizer_from
-from qjm.security.tls import TlsConfig, identity_of_pem, tls_config
+from qjm.security.certs import identity_of_pem
+from qjm.security.tls import TlsConfig, tls_config
 from qjm.settings import gather, node_settings
 from qjm.testing.certs import Pki
 
@@ -78,7 +79,8 @@ def test_authorizer_grants_roles_per_journal_with_wildcard() -> None:
     with pytest.raises(PermissionDeniedError) as e:
         a.check("alice", "other", WRITER)
     assert e.value.role == WRITER and denied == [("alice", "other", WRITER)]
-    assert type(from_code(to_code(e.value), "x")) is PermissionDeniedError
+    back = from_code(to_code(e.value), "x")
+    assert type(back) is PermissionDeniedError and back.role == WRITER
 
 
 @pytest.mark.parametrize(

@@ -111,7 +111,7 @@ class RemoteLogger(NodeStateView[Ticket]):
         # by a future per batch; fault hooks need the futures' per-batch callbacks.
         self.native_acks = backend_of("fanout") == "native" and type(self.hooks) is CallHooks
         # shared with every other logger of this process that talks to the same node (qjm.client.shared)
-        self._channel, self._stub = shared.acquire_channel(self._name, _CHANNEL_OPTIONS)
+        self._channel, self._stub = shared.acquire_channel(self._name, _CHANNEL_OPTIONS, self.config.tls)
         self._exec = shared.SerialExecutor()  # this node's calls, in order (Hadoop: one thread per logger)
         self._par = shared.PooledExecutor()  # reads, side by side
         self._lock = threading.Lock()  # guards _state and _link
@@ -625,4 +625,4 @@ class RemoteLogger(NodeStateView[Ticket]):
         with self._lock:
             release, self._channel_released = not self._channel_released, True
         if release:
-            shared.release_channel(self._name, _CHANNEL_OPTIONS)
+            shared.release_channel(self._name, _CHANNEL_OPTIONS, self.config.tls)

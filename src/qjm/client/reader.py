@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 
 from qjm._native import framing
 from qjm.client.manager import QuorumJournalManager
@@ -19,6 +20,7 @@ from qjm.client.segment_stream import committed_in_progress
 from qjm.config import QJMConfig
 from qjm.errors import CorruptFrameError, NotFoundError
 from qjm.protocol.messages import JournaledEdits
+from qjm.security.tls import TlsConfig
 
 log = logging.getLogger("qjm.reader")
 
@@ -130,6 +132,10 @@ def open_reader(
     *,
     include_in_progress: bool = False,
     config: QJMConfig | None = None,
+    tls: TlsConfig | None = None,
 ) -> Reader:
-    """A reader of ``uri`` from ``from_txid``; needs no epoch, so it never disturbs the writer."""
+    """A reader of ``uri`` from ``from_txid``; needs no epoch, so it never disturbs the writer.
+    ``tls`` connects with mutual TLS (it replaces ``config.tls``)."""
+    if tls is not None:
+        config = replace(config or QJMConfig(), tls=tls)
     return Reader(QuorumJournalManager(uri, config=config), from_txid, include_in_progress=include_in_progress)

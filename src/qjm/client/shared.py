@@ -32,7 +32,8 @@ from typing import Any, TypeVar
 
 import grpc
 
-from qjm.protocol.rpcmeta import make_stub
+from qjm.protocol.rpcmeta import make_stub, open_channel
+from qjm.security.tls import TlsConfig
 
 __all__ = [
     "EPOCH_HINTS",
@@ -99,7 +100,7 @@ class _Workers:
 
 _lock = threading.Lock()
 _workers: _Workers | None = None
-_channels: dict[tuple[str, tuple[tuple[str, Any], ...]], tuple[grpc.Channel, Any, int]] = {}
+_channels: dict[tuple[str, tuple[tuple[str, Any], ...], TlsConfig | None], tuple[grpc.Channel, Any, int]] = {}
 
 
 def workers() -> _Workers:
@@ -122,23 +123,25 @@ def _run_into(fut: Future[T], fn: Callable[[], T]) -> None:
         fut.set_result(result)
 
 
-def acquire_channel(address: str, options: tuple[tuple[str, Any], ...]) -> tuple[grpc.Channel, Any]:
+def acquire_channel(
+    address: str, options: tuple[tuple[str, Any], ...], tls: TlsConfig | None = None
+) -> tuple[grpc.Channel, Any]:
     """The process's channel to ``address`` and its QJournal stub (made on first use: a stub costs
     more CPU to build than a whole failover's calls); pair with ``release_channel``."""
-    key = (address, options)
+    key = (address, options, tls)
     with _lock:
         if key in _channels:
             ch, stub, refs = _channels[key]
         else:
-            ch = grpc.insecure_channel(address, options=list(options))
+            ch = open_channel(address, list(options), tls)
             stub, refs = make_stub(ch), 0
         _channels[key] = (ch, stub, refs + 1)
         return ch, stub
 
 
-def release_channel(address: str, options: tuple[tuple[str, Any], ...]) -> None:
+def release_channel(address: str, options: tuple[tuple[str, Any], ...], tls: TlsConfig | None = None) -> None:
     """Drop one use of a channel; the last one closes it."""
-    key = (address, options)
+    key = (address, options, tls)
     with _lock:
         ch, stub, refs = _channels[key]
         if refs > 1:
@@ -148,10 +151,10 @@ def release_channel(address: str, options: tuple[tuple[str, Any], ...]) -> None:
     ch.close()
 
 
-def channel_users(address: str, options: tuple[tuple[str, Any], ...]) -> int:
+def channel_users(address: str, options: tuple[tuple[str, Any], ...], tls: TlsConfig | None = None) -> int:
     """How many users hold the channel to ``address`` (0: none open)."""
     with _lock:
-        entry = _channels.get((address, options))
+        entry = _channels.get((address, options, tls))
         return 0 if entry is None else entry[2]
 
 

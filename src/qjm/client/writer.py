@@ -14,7 +14,7 @@ import shlex
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import cast
 
 from qjm._native import framing
@@ -25,6 +25,7 @@ from qjm.client.writer_stats import AckTimer, WriterStats, probe_for
 from qjm.config import QJMConfig, config_from
 from qjm.errors import EpochError, FencedError, NotFormattedError, QJMError, QuorumError
 from qjm.histogram import Histogram
+from qjm.security.tls import TlsConfig
 
 log = logging.getLogger("qjm.writer")
 
@@ -337,14 +338,18 @@ def open_writer(
     config: QJMConfig | None = None,
     hooks: CallHooks | None = None,
     create: bool = False,
+    tls: TlsConfig | None = None,
     **options: object,
 ) -> Writer:
     """Become the journal's writer: fence older writers, recover the log, start a new segment.
 
-    ``create=True`` formats the journal when no node has it yet. Extra keyword options set
-    ``QJMConfig`` fields (``batch_bytes=...``) or timeouts (``write_txns_timeout=5``).
+    ``create=True`` formats the journal when no node has it yet. ``tls`` connects with mutual TLS
+    (it replaces ``config.tls``). Extra keyword options set ``QJMConfig`` fields
+    (``batch_bytes=...``) or timeouts (``write_txns_timeout=5``).
     """
     cfg = config or config_from(dict(options))
+    if tls is not None:
+        cfg = replace(cfg, tls=tls)
     rng = random.Random()
     for attempt in range(1, cfg.epoch_attempts + 1):
         qjm = QuorumJournalManager(uri, config=cfg, hooks=hooks)

@@ -10,6 +10,7 @@ Keys are ECDSA P-256, written unencrypted with mode 0600. Design §9.
 from __future__ import annotations
 
 import datetime
+import functools
 import ipaddress
 import os
 from dataclasses import dataclass
@@ -180,3 +181,34 @@ def client_cert(
     _check_name(name)
     sans: list[x509.GeneralName] = [x509.UniformResourceIdentifier(IDENTITY_URI_PREFIX + name)]
     return _issue(directory, name, sans, [ExtendedKeyUsageOID.CLIENT_AUTH], days=days, not_before=not_before)
+
+
+def identity_of(cert: x509.Certificate) -> str:
+    """The identity a certificate names: its first SAN URI ``qjm:<name>`` (client certificates),
+    else its first SAN DNS name (node certificates), else its subject CN; "" if it names none."""
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        san = None
+    if san is not None:
+        for uri in san.get_values_for_type(x509.UniformResourceIdentifier):
+            if uri.startswith(IDENTITY_URI_PREFIX) and len(uri) > len(IDENTITY_URI_PREFIX):
+                return uri[len(IDENTITY_URI_PREFIX) :]
+        dns = san.get_values_for_type(x509.DNSName)
+        if dns:
+            return dns[0]
+    cns = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    value = cns[0].value if cns else ""
+    return value if isinstance(value, str) else value.decode("utf-8", "replace")
+
+
+@functools.lru_cache(maxsize=256)
+def identity_of_pem(pem: bytes) -> str:
+    """``identity_of`` a PEM certificate (cached: a connection's certificate is asked on every call)."""
+    return identity_of(x509.load_pem_x509_certificate(pem))
+
+
+@functools.lru_cache(maxsize=256)
+def identity_of_der(der: bytes) -> str:
+    """``identity_of`` a DER certificate, as ``ssl.SSLSocket.getpeercert(binary_form=True)`` gives it."""
+    return identity_of(x509.load_der_x509_certificate(der))

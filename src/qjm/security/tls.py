@@ -1,6 +1,7 @@
 """TLS material of a node or client: one ``TlsConfig`` (CA, certificate, key paths), turned into
-``ssl`` contexts for plain sockets and into gRPC credentials, and the identity a verified peer
-certificate names. Design §9.
+``ssl`` contexts for plain sockets (gRPC credentials: ``qjm.protocol.rpcmeta``; the identity a
+verified certificate names: ``qjm.security.certs.identity_of``). Design §9.1. Only the standard
+library here, so a ``QJMConfig`` carrying a ``TlsConfig`` stays light to import.
 
 Both ends verify: a server requires a client certificate signed by the CA, a client checks the
 server's certificate against the CA and the name or address it dialled. ``ssl`` contexts allow TLS
@@ -10,16 +11,10 @@ server's certificate against the CA and the name or address it dialled. ``ssl`` 
 
 from __future__ import annotations
 
-import functools
 import ssl
 from dataclasses import dataclass
 
-import grpc
-from cryptography import x509
-from cryptography.x509.oid import NameOID
-
 from qjm.errors import ConfigError
-from qjm.security.certs import IDENTITY_URI_PREFIX
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,19 +81,6 @@ class TlsConfig:
         ctx.check_hostname = True
         return ctx
 
-    def grpc_server_credentials(self) -> grpc.ServerCredentials:
-        """gRPC server credentials requiring a client certificate signed by the CA."""
-        self.check()
-        return grpc.ssl_server_credentials(
-            [(self.key_pem(), self.cert_pem())], root_certificates=self.ca_pem(), require_client_auth=True
-        )
-
-    def grpc_channel_credentials(self) -> grpc.ChannelCredentials:
-        """gRPC channel credentials presenting this certificate and verifying the server's."""
-        return grpc.ssl_channel_credentials(
-            root_certificates=self.ca_pem(), private_key=self.key_pem(), certificate_chain=self.cert_pem()
-        )
-
 
 def tls_config(ca: str | None, cert: str | None, key: str | None, *, where: str = "TLS settings") -> TlsConfig | None:
     """A ``TlsConfig`` from three optional paths: none given is no TLS; some but not all is an error."""
@@ -110,44 +92,3 @@ def tls_config(ca: str | None, cert: str | None, key: str | None, *, where: str 
         raise ConfigError(f"{where}: TLS needs a CA, a certificate and a key; missing: {', '.join(missing)}")
     assert ca and cert and key
     return TlsConfig(ca, cert, key)
-
-
-def identity_of(cert: x509.Certificate) -> str:
-    """The identity a certificate names: its first SAN URI ``qjm:<name>`` (client certificates),
-    else its first SAN DNS name (node certificates), else its subject CN; "" if it names none."""
-    try:
-        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    except x509.ExtensionNotFound:
-        san = None
-    if san is not None:
-        for uri in san.get_values_for_type(x509.UniformResourceIdentifier):
-            if uri.startswith(IDENTITY_URI_PREFIX) and len(uri) > len(IDENTITY_URI_PREFIX):
-                return uri[len(IDENTITY_URI_PREFIX) :]
-        dns = san.get_values_for_type(x509.DNSName)
-        if dns:
-            return dns[0]
-    cns = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
-    value = cns[0].value if cns else ""
-    return value if isinstance(value, str) else value.decode("utf-8", "replace")
-
-
-@functools.lru_cache(maxsize=256)
-def identity_of_pem(pem: bytes) -> str:
-    """``identity_of`` a PEM certificate (cached: a connection's certificate is asked on every call)."""
-    return identity_of(x509.load_pem_x509_certificate(pem))
-
-
-@functools.lru_cache(maxsize=256)
-def identity_of_der(der: bytes) -> str:
-    """``identity_of`` a DER certificate, as ``ssl.SSLSocket.getpeercert(binary_form=True)`` gives it."""
-    return identity_of(x509.load_der_x509_certificate(der))
-
-
-def grpc_peer_identity(context: grpc.ServicerContext) -> str | None:
-    """The verified identity of a gRPC call's client, or None on a plaintext server (no identity).
-    gRPC has verified the certificate against the CA before the call reaches the servicer."""
-    auth = context.auth_context()
-    pems = auth.get("x509_pem_cert")
-    if not pems:
-        return None
-    return identity_of_pem(pems[0])

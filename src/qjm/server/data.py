@@ -33,7 +33,9 @@ from qjm.addresses import family_of
 from qjm.errors import QJMError, ResourceExhaustedError, TlsError, to_code
 from qjm.protocol import wire
 from qjm.security.authz import WRITER, Authorizer
-from qjm.security.tls import TlsConfig, identity_of_der
+from qjm.security.redact import public_message
+from qjm.security.certs import identity_of_der
+from qjm.security.tls import TlsConfig
 from qjm.server.frame_memory import FrameMemory
 from qjm.server.journal import Journal
 from qjm.server.limits import NodeLimits
@@ -161,12 +163,14 @@ class _Conn(socketserver.BaseRequestHandler):
         except QJMError as e:
             durable = getattr(e, "durable_txid", durable)
             log.info("data plane %s: refusing: %s: %s", self.client_address, type(e).__name__, e)
-            self._send_error(sock, to_code(e), str(e), durable)
+            self._send_error(sock, to_code(e), public_message(str(e), self.server.journals.data_dir), durable)
         except OSError as e:
             log.info("data plane %s: connection lost or idle too long: %s", self.client_address, e)
         except Exception as e:  # a bug must not kill the node: report it to the writer and log it
             log.exception("data plane %s: unexpected error", self.client_address)
-            self._send_error(sock, "QJM_ERROR", f"{type(e).__name__}: {e}", durable)
+            self._send_error(
+                sock, "QJM_ERROR", public_message(f"{type(e).__name__}: {e}", self.server.journals.data_dir), durable
+            )
         finally:
             rx.close()
 

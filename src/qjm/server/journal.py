@@ -202,7 +202,7 @@ class Journal:
     def _check_request(self, req: RequestInfo) -> None:
         """Epoch fencing on every mutating RPC (design §2.3); a newer epoch is adopted and persisted."""
         self._check_formatted()
-        _check_epoch(req.epoch)
+        _check_epoch(req.epoch, self._promised)
         if req.epoch < self._promised:
             self.stats.fenced_refused += 1
             raise FencedError(
@@ -212,6 +212,12 @@ class Journal:
             )
         if req.epoch > self._promised:
             self._set_promised(req.epoch)
+        if req.serial > MAX_SERIAL or (self._serial >= 0 and req.serial - self._serial > MAX_SERIAL_STEP):
+            raise OutOfOrderError(
+                f"request serial {req.serial} is too far above the last serial {self._serial} in epoch {req.epoch}",
+                expected=self._serial + 1,
+                actual=req.serial,
+            )
         if req.serial <= self._serial:
             raise OutOfOrderError(
                 f"request serial {req.serial} is not above the last serial {self._serial} in epoch {req.epoch}",
@@ -311,7 +317,7 @@ class Journal:
         """Promise never to accept a lower epoch again (design §2.5 step 3)."""
         with self._lock:
             mine = self._check_formatted()
-            _check_epoch(epoch)
+            _check_epoch(epoch, self._promised)
             if (ns.namespace_id, ns.cluster_id) != (mine.namespace_id, mine.cluster_id):
                 raise NamespaceMismatchError(
                     f"journal {self.journal_id} belongs to namespace {mine.namespace_id}/{mine.cluster_id}, "
@@ -878,6 +884,20 @@ MAX_EPOCH = 2**63 - 1
 Java ``long``: a larger one is refused before anything is persisted."""
 
 
-def _check_epoch(epoch: int) -> None:
+MAX_EPOCH_STEP = 2**20
+"""How far above its promise a node takes an epoch. Writers propose one above the highest promise
+they learn of, so a node sees a jump only as large as the failovers it missed; a caller naming an
+epoch near ``MAX_EPOCH`` would otherwise leave no epoch for any later writer (design §9.3)."""
+MAX_SERIAL = 2**63 - 1
+MAX_SERIAL_STEP = 2**32
+"""How far above the last serial of the epoch a request's serial may be: a writer numbers its calls
+to a node one by one, so a larger jump is not from it, and would make its next calls out of order."""
+
+
+def _check_epoch(epoch: int, promised: int) -> None:
     if not 0 <= epoch <= MAX_EPOCH:
         raise EpochError(f"epoch {epoch} is out of range: epochs are 0..{MAX_EPOCH} (signed 64-bit)")
+    if epoch - promised > MAX_EPOCH_STEP:
+        raise EpochError(
+            f"epoch {epoch} is more than {MAX_EPOCH_STEP} above the promised epoch {promised}: not a writer's proposal"
+        )

@@ -18,13 +18,15 @@ Names (Hadoop's in parentheses): per journal, label ``journal``:
 ``qjm_journal_out_of_sync``, ``qjm_journal_out_of_sync_refusals_total``,
 ``qjm_journal_fenced_requests_total``, ``qjm_journal_formatted``. Per node: ``qjm_node_journals``,
 ``qjm_node_journal_load_failures``, ``qjm_node_storage_writable``, ``qjm_node_data_dir_free_bytes``,
-``qjm_node_start_time_seconds``, ``qjm_node_info``.
+``qjm_node_start_time_seconds``, ``qjm_node_info``; ``qjm_authz_denied_total`` (labels ``journal``,
+``role``: requests refused for want of a role, design §9.2).
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -38,6 +40,7 @@ from qjm.protocol.messages import NO_TXID
 from qjm.server.journal import Journal
 
 PROBE_BYTES = 4096  # a full disk refuses a block, not always an empty file
+DENIED_SERIES = 1024  # (journal, role) pairs counted apart; further journals count under "(other)"
 
 
 def current_lag(committed: int, written: int) -> int:
@@ -123,8 +126,22 @@ class NodeMetrics(Collector):
         self._failures = load_failures
         self._info = info
         self.started = time.time()
+        self._denied: dict[tuple[str, str], int] = {}
+        self._denied_lock = threading.Lock()
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
+
+    def count_denied(self, identity: str, journal_id: str, role: str) -> None:
+        """One request refused for want of ``role`` (``Authorizer.on_denied``)."""
+        with self._denied_lock:
+            key = (journal_id, role)
+            if key not in self._denied and len(self._denied) >= DENIED_SERIES:
+                key = ("(other)", role)
+            self._denied[key] = self._denied.get(key, 0) + 1
+
+    def denied(self) -> dict[tuple[str, str], int]:
+        with self._denied_lock:
+            return dict(self._denied)
 
     def health(self) -> Health:
         """Healthy only when the data directory takes a write and every journal on it loaded."""
@@ -229,6 +246,12 @@ class NodeMetrics(Collector):
                 pass  # the storage error shows on /health and /status; the scrape goes on
         yield from fam.values()
         yield syncs
+        denied = counter(
+            "qjm_authz_denied", "Requests refused because the caller's identity lacks the role", ["journal", "role"]
+        )
+        for (jid, role), n in sorted(self.denied().items()):
+            denied.add_metric([jid, role], n)
+        yield denied
 
         yield _value(gauge("qjm_node_journals", "Journals loaded on this node"), len(journals))
         yield _value(

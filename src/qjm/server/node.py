@@ -3,19 +3,31 @@
 from __future__ import annotations
 
 import fcntl
+import functools
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent import futures
+from dataclasses import replace
 
 import grpc
 
 from qjm._native import framing
-from qjm.addresses import advertised, check_bindable, join_host_port
-from qjm.errors import BindError, CorruptFrameError, NotFoundError, QJMError, StorageError
+from qjm.addresses import advertised, check_bindable, is_loopback, join_host_port, split_host_port
+from qjm.errors import (
+    BindError,
+    CorruptFrameError,
+    InsecureBindError,
+    NotFoundError,
+    PermissionDeniedError,
+    QJMError,
+    StorageError,
+)
 from qjm.protocol import qjournal_pb2 as pb
-from qjm.protocol.rpcmeta import GRPC_OPTIONS, add_servicer, make_stub
+from qjm.protocol.rpcmeta import GRPC_OPTIONS, add_servicer, make_stub, open_channel, server_credentials
+from qjm.security.authz import Authorizer
+from qjm.security.tls import TlsConfig
 from qjm.server.data import DataServer
 from qjm.server.http import NodeHttpServer
 from qjm.server.journal import Journal, JournalHooks
@@ -28,9 +40,13 @@ from qjm.server.storage import journal_ids_on_disk
 log = logging.getLogger("qjm.node")
 
 
-def fetch_segment(source: str, journal_id: str, segment: int, timeout: float = 60.0) -> bytes:
-    """Download a segment from another node's control plane and verify what its sender vouched for."""
-    with grpc.insecure_channel(source, options=GRPC_OPTIONS) as ch:
+def fetch_segment(
+    source: str, journal_id: str, segment: int, timeout: float = 60.0, *, tls: TlsConfig | None = None
+) -> bytes:
+    """Download a segment from another node's control plane and verify what its sender vouched for.
+    With ``tls`` the download is mutual TLS with this node's certificate, and ``source`` must hold
+    a certificate of the same CA for the host named (design §9.3)."""
+    with open_channel(source, GRPC_OPTIONS, tls) as ch:
         stub = make_stub(ch)
         parts: list[bytes] = []
         last: pb.SegmentChunk | None = None
@@ -49,6 +65,38 @@ def fetch_segment(source: str, journal_id: str, segment: int, timeout: float = 6
     return data
 
 
+def peer_fetcher(peers: Iterable[str], fetch: Callable[[str, str, int], bytes]) -> Callable[[str, str, int], bytes]:
+    """``fetch`` restricted to the nodes in ``peers`` (``HOST:PORT`` control addresses): a recovery
+    naming any other source is refused before anything is dialled (design §9.3)."""
+    allowed = frozenset(join_host_port(*split_host_port(p, what="peer address")) for p in peers)
+
+    def fetch_from_peer(source: str, journal_id: str, segment: int) -> bytes:
+        try:
+            named = join_host_port(*split_host_port(source, what="recovery source"))
+        except QJMError:
+            named = ""
+        if named not in allowed:
+            raise PermissionDeniedError(
+                f"recovery source {source!r} is not one of this node's peers; segment {segment} not downloaded"
+            )
+        return fetch(source, journal_id, segment)
+
+    return fetch_from_peer
+
+
+def refuse_plaintext_beyond_loopback(hosts: Iterable[str], tls: TlsConfig | None, insecure: bool) -> None:
+    """Raise ``InsecureBindError`` if a node without TLS would listen on a non-loopback host and
+    was not told ``insecure`` (design §9.1)."""
+    if tls is not None or insecure:
+        return
+    exposed = sorted({h or "0.0.0.0" for h in hosts if not is_loopback(h)})
+    if exposed:
+        raise InsecureBindError(
+            f"refusing to serve without TLS on {', '.join(exposed)}: anyone reaching it could read, write, fence "
+            "or format any journal; give tls_ca, tls_cert and tls_key (docs/configuration.md), or --insecure"
+        )
+
+
 class JournalNode:
     """One node: any number of journals under ``data_dir``, each created by ``Format``.
 
@@ -58,6 +106,10 @@ class JournalNode:
 
     The data directory is locked (``<data_dir>/in_use.lock``) for the node's life: a second node
     on it refuses to start. A node that fails to start releases everything it took (ports, lock).
+
+    With ``tls`` the control plane requires mutual TLS and ``authz`` decides what each identity may
+    do (design §9); without it a node listens only on loopback unless ``insecure``. ``peers`` (the
+    control addresses of the journal's other nodes) limits where recovery downloads from.
     """
 
     def __init__(
@@ -71,14 +123,23 @@ class JournalNode:
         rpc_advertise: str | None = None,
         data_advertise: str | None = None,
         hooks: JournalHooks | None = None,
-        fetcher: Callable[[str, str, int], bytes] = fetch_segment,
+        fetcher: Callable[[str, str, int], bytes] | None = None,
         rpc_workers: int = 16,
         http_port: int | None = None,
         http_host: str | None = None,
         limits: NodeLimits | None = None,
+        tls: TlsConfig | None = None,
+        authz: Authorizer | None = None,
+        insecure: bool = False,
+        peers: Iterable[str] | None = None,
     ) -> None:
         self.host = host
+        self.tls = tls.check() if tls is not None else None
         self.data_host = host if data_host is None else data_host
+        refuse_plaintext_beyond_loopback((host, self.data_host), tls, insecure)
+        fetch = fetcher if fetcher is not None else functools.partial(fetch_segment, tls=tls)
+        if peers is not None:
+            fetch = peer_fetcher(peers, fetch)
         advertised(host, rpc_port, rpc_advertise)  # a bad advertised address fails before any port is taken
         advertised(self.data_host, data_port, data_advertise)
         self.data_dir = os.path.abspath(data_dir)
@@ -94,7 +155,7 @@ class JournalNode:
         self.http: NodeHttpServer | None = None
         try:
             self.journals = JournalRegistry(
-                self.data_dir, max_open=self.limits.max_open_journals, fetcher=fetcher, hooks=hooks,
+                self.data_dir, max_open=self.limits.max_open_journals, fetcher=fetch, hooks=hooks,
                 on_open=self._on_open,
             )  # fmt: skip
             data_server = DataServer((self.data_host, data_port), self.journals, self.limits)
@@ -107,10 +168,22 @@ class JournalNode:
                 self.http = NodeHttpServer(self.http_host, http_port, self.metrics)
             # The control port is bound last: gRPC keeps a port it bound until the server has run,
             # so nothing may fail after it (Hadoop's HDFS-12407: a failed start kept its RPC port).
-            self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=rpc_workers), options=GRPC_OPTIONS)
-            add_servicer(QJournalServicer(self.journals, lambda: self.data_address), self._grpc)
+            # A connection that has not finished its handshake (TLS included) within the data plane's
+            # hello_timeout is closed: a stalled or garbage handshake holds nothing for long.
+            handshake_ms = int(self.limits.hello_timeout * 1000)
+            self._grpc = grpc.server(
+                futures.ThreadPoolExecutor(max_workers=rpc_workers),
+                options=[*GRPC_OPTIONS, ("grpc.server_handshake_timeout_ms", handshake_ms)],
+            )
+            # Each node counts its own refusals, whatever Authorizer it was given.
+            self.authz = replace(authz or Authorizer(), on_denied=[self.metrics.count_denied])
+            add_servicer(QJournalServicer(self.journals, lambda: self.data_address, self.authz), self._grpc)
             try:
-                self.rpc_port = self._grpc.add_insecure_port(join_host_port(host, rpc_port))
+                where = join_host_port(host, rpc_port)
+                if tls is None:
+                    self.rpc_port = self._grpc.add_insecure_port(where)
+                else:
+                    self.rpc_port = self._grpc.add_secure_port(where, server_credentials(tls))
             except RuntimeError:  # taken between the check and here; gRPC says no more than this
                 self.rpc_port = 0
             if self.rpc_port == 0:
@@ -169,11 +242,18 @@ class JournalNode:
         if self.http is not None:
             self.http.start()
         log.info(
-            "JournalNode serving %s: control %s (advertised %s), data %s (advertised %s), http %s",
-            self.data_dir, self.rpc_bind_address, self.rpc_address, self.data_bind_address, self.data_address,
-            self.http_address or "off",
+            "JournalNode serving %s: control %s (advertised %s, %s), data %s (advertised %s), http %s",
+            self.data_dir, self.rpc_bind_address, self.rpc_address, self._security(), self.data_bind_address,
+            self.data_address, self.http_address or "off",
         )  # fmt: skip
         return self
+
+    def _security(self) -> str:
+        if self.tls is None:
+            return "plaintext, no authentication"
+        if not self.authz.enforcing:
+            return "mutual TLS; no [authz] table: every certificate of the CA may do everything"
+        return f"mutual TLS, {len(self.authz.grants or {})} identities granted"
 
     def stop(self, grace: float | None = None) -> None:
         if self.http is not None:

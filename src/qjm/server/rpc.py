@@ -12,11 +12,14 @@ import grpc
 
 from qjm import errors
 from qjm._native import framing
+from qjm.config import validate_journal_id
 from qjm.errors import QJMError
 from qjm.protocol import convert
 from qjm.protocol import qjournal_pb2 as pb
 from qjm.protocol import qjournal_pb2_grpc as pbg
-from qjm.protocol.rpcmeta import ERROR_CODE_KEY
+from qjm.protocol.rpcmeta import ERROR_CODE_KEY, peer_identity
+from qjm.security.authz import ADMIN, READER, WRITER, Authorizer
+from qjm.security.redact import public_message
 from qjm.server.journal import Journal, unformatted_status
 from qjm.server.registry import JournalRegistry
 
@@ -56,26 +59,58 @@ class QJournalServicer(pbg.QJournalServicer):
     """Maps each RPC of ``qjournal.proto`` onto the node's ``Journal`` for the named journal id.
 
     Each call leases its journal from the registry for the length of the call; only ``Format``
-    may create a journal, so a call naming an unknown journal leaves nothing behind.
+    may create a journal, so a call naming an unknown journal leaves nothing behind. Before that,
+    the caller's identity (its verified certificate) must hold the call's role on the journal
+    (design §9.2): a refusal touches nothing.
     """
 
-    def __init__(self, journals: JournalRegistry, data_address: Callable[[], str]) -> None:
+    def __init__(
+        self, journals: JournalRegistry, data_address: Callable[[], str], authz: Authorizer | None = None
+    ) -> None:
         self._journals = journals
         self._data_address = data_address
+        self._authz = authz or Authorizer()
+
+    def _allow(self, context: grpc.ServicerContext, journal_id: str, role: str) -> None:
+        """Abort the call unless its caller holds ``role`` on ``journal_id``."""
+        if not self._authz.enforcing:
+            return
+        try:
+            validate_journal_id(journal_id)  # a counted refusal names a valid id, never arbitrary bytes
+            self._authz.check(peer_identity(context), journal_id, role)
+        except QJMError as e:
+            self._abort(context, e)
+
+    def _public(self, text: str) -> str:
+        return public_message(text, self._journals.data_dir)
+
+    def _abort(self, context: grpc.ServicerContext, e: QJMError) -> None:
+        """End the call with ``e``'s status, its wire code in the trailing metadata (``errors.from_code``)
+        and its message without local paths."""
+        context.set_trailing_metadata(((ERROR_CODE_KEY, errors.to_code(e)),))
+        context.abort(status_for(e), self._public(str(e)))
 
     def _run(
-        self, context: grpc.ServicerContext, journal_id: str, fn: Callable[[Journal], T], *, create: bool = False
+        self,
+        context: grpc.ServicerContext,
+        journal_id: str,
+        role: str,
+        fn: Callable[[Journal], T],
+        *,
+        create: bool = False,
     ) -> T:
+        self._allow(context, journal_id, role)
         try:
             with self._journals.lease(journal_id, create=create) as journal:
                 return fn(journal)
         except QJMError as e:
-            context.set_trailing_metadata(((ERROR_CODE_KEY, errors.to_code(e)),))
-            context.abort(status_for(e), str(e))
+            if isinstance(e, errors.StorageError | errors.InvariantViolation):
+                log.warning("journal %s: %s: %s", journal_id, type(e).__name__, e)  # the full message, paths too
+            self._abort(context, e)
         except Exception as e:
             log.exception("unexpected error in RPC")
             context.set_trailing_metadata(((ERROR_CODE_KEY, "QJM_ERROR"),))
-            context.abort(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
+            context.abort(grpc.StatusCode.INTERNAL, self._public(f"{type(e).__name__}: {e}"))
         raise AssertionError("unreachable")  # context.abort raises
 
     def _absent(self, journal_id: str) -> bool:
@@ -90,16 +125,17 @@ class QJournalServicer(pbg.QJournalServicer):
         def go(j: Journal) -> pb.IsFormattedResponse:
             return pb.IsFormattedResponse(formatted=j.is_formatted())
 
+        self._allow(context, request.journal_id, READER)
         if self._absent(request.journal_id):
             return pb.IsFormattedResponse(formatted=False)
-        return self._run(context, request.journal_id, go)
+        return self._run(context, request.journal_id, READER, go)
 
     def Format(self, request: pb.FormatRequest, context: grpc.ServicerContext) -> pb.Empty:
         def go(j: Journal) -> pb.Empty:
             j.format(convert.ns_from_pb(request.ns), request.force)
             return pb.Empty()
 
-        return self._run(context, request.journal_id, go, create=True)
+        return self._run(context, request.journal_id, ADMIN, go, create=True)
 
     def GetJournalState(self, request: pb.JournalIdRequest, context: grpc.ServicerContext) -> pb.JournalStateResponse:
         def go(j: Journal) -> pb.JournalStateResponse:
@@ -107,7 +143,7 @@ class QJournalServicer(pbg.QJournalServicer):
             out.data_address = self._data_address()
             return out
 
-        return self._run(context, request.journal_id, go)
+        return self._run(context, request.journal_id, READER, go)
 
     def NewEpoch(self, request: pb.NewEpochRequest, context: grpc.ServicerContext) -> pb.NewEpochResponse:
         def go(j: Journal) -> pb.NewEpochResponse:
@@ -115,14 +151,14 @@ class QJournalServicer(pbg.QJournalServicer):
             out.data_address = self._data_address()
             return out
 
-        return self._run(context, request.journal_id, go)
+        return self._run(context, request.journal_id, WRITER, go)
 
     def StartLogSegment(self, request: pb.StartLogSegmentRequest, context: grpc.ServicerContext) -> pb.Empty:
         def go(j: Journal) -> pb.Empty:
             j.start_log_segment(convert.req_from_pb(request.req), request.txid)
             return pb.Empty()
 
-        return self._run(context, request.req.journal_id, go)
+        return self._run(context, request.req.journal_id, WRITER, go)
 
     def FinalizeLogSegment(self, request: pb.FinalizeLogSegmentRequest, context: grpc.ServicerContext) -> pb.Empty:
         def go(j: Journal) -> pb.Empty:
@@ -131,14 +167,14 @@ class QJournalServicer(pbg.QJournalServicer):
             )
             return pb.Empty()
 
-        return self._run(context, request.req.journal_id, go)
+        return self._run(context, request.req.journal_id, WRITER, go)
 
     def PurgeLogs(self, request: pb.PurgeLogsRequest, context: grpc.ServicerContext) -> pb.Empty:
         def go(j: Journal) -> pb.Empty:
             j.purge_logs(convert.req_from_pb(request.req), request.min_txid_to_keep)
             return pb.Empty()
 
-        return self._run(context, request.req.journal_id, go)
+        return self._run(context, request.req.journal_id, ADMIN, go)
 
     def PrepareRecovery(
         self, request: pb.PrepareRecoveryRequest, context: grpc.ServicerContext
@@ -146,7 +182,7 @@ class QJournalServicer(pbg.QJournalServicer):
         def go(j: Journal) -> pb.PrepareRecoveryResponse:
             return convert.prepare_to_pb(j.prepare_recovery(convert.req_from_pb(request.req), request.segment_txid))
 
-        return self._run(context, request.req.journal_id, go)
+        return self._run(context, request.req.journal_id, WRITER, go)
 
     def AcceptRecovery(self, request: pb.AcceptRecoveryRequest, context: grpc.ServicerContext) -> pb.Empty:
         def go(j: Journal) -> pb.Empty:
@@ -155,13 +191,13 @@ class QJournalServicer(pbg.QJournalServicer):
             )
             return pb.Empty()
 
-        return self._run(context, request.req.journal_id, go)
+        return self._run(context, request.req.journal_id, WRITER, go)
 
     def GetEditLogManifest(self, request: pb.ManifestRequest, context: grpc.ServicerContext) -> pb.ManifestResponse:
         def go(j: Journal) -> pb.ManifestResponse:
             return convert.manifest_to_pb(j.get_edit_log_manifest(request.since_txid, request.in_progress_ok))
 
-        return self._run(context, request.journal_id, go)
+        return self._run(context, request.journal_id, READER, go)
 
     def GetJournaledEdits(
         self, request: pb.JournaledEditsRequest, context: grpc.ServicerContext
@@ -170,10 +206,12 @@ class QJournalServicer(pbg.QJournalServicer):
             r = j.get_journaled_edits(request.since_txid, request.max_txns or 5000)
             return pb.JournaledEditsResponse(txn_count=r.txn_count, frames=r.frames)
 
-        return self._run(context, request.journal_id, go)
+        return self._run(context, request.journal_id, READER, go)
 
     def DownloadSegment(self, request: pb.SegmentRequest, context: grpc.ServicerContext) -> Iterator[pb.SegmentChunk]:
-        data, state = self._run(context, request.journal_id, lambda j: j.read_segment_file(request.segment_txid))
+        data, state = self._run(
+            context, request.journal_id, READER, lambda j: j.read_segment_file(request.segment_txid)
+        )
         for off in range(0, max(len(data) - CHUNK, 0), CHUNK):
             yield pb.SegmentChunk(data=data[off : off + CHUNK])
         last_off = (max(len(data) - 1, 0) // CHUNK) * CHUNK
@@ -192,8 +230,9 @@ class QJournalServicer(pbg.QJournalServicer):
             st["data_address"] = self._data_address()
             return pb.NodeStatusResponse(json=json.dumps(st))
 
+        self._allow(context, request.journal_id, READER)
         if self._absent(request.journal_id):
             st = unformatted_status(request.journal_id)
             st["data_address"] = self._data_address()
             return pb.NodeStatusResponse(json=json.dumps(st))
-        return self._run(context, request.journal_id, go)
+        return self._run(context, request.journal_id, READER, go)
