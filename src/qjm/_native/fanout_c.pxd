@@ -98,7 +98,7 @@ cdef extern from "<pthread.h>" nogil:
 
 
 # TLS inside the native loop (OpenSSL's libssl): each link's SSL object reads and writes through
-# two memory BIOs, so the epoll loop keeps moving bytes with plain send/recv (design §3.5).
+# two memory BIOs, so the epoll loop keeps moving bytes with plain send/recv (design §9.4).
 cdef extern from "<openssl/ssl.h>" nogil:
     ctypedef struct SSL_CTX:
         pass

@@ -15,7 +15,7 @@
 # Receiver: the node's side, one blocking connection: splits the stream into frames and commit
 # notices without the GIL, hands them to Python in runs (one group commit per run), sends acks.
 #
-# TLS (design §3.5): a link added with a TlsClient runs its session inside this loop. The SSL object
+# TLS (design §9.4): a link added with a TlsClient runs its session inside this loop. The SSL object
 # reads and writes two memory BIOs: send() encrypts into the outgoing one (the caller's thread,
 # without the GIL for large frames), the loop sends that ciphertext and feeds what it receives to
 # SSL_read, so the loop's syscalls are those of plaintext and no Python runs per ack. A Receiver

@@ -25,6 +25,7 @@ import socketserver
 import ssl
 import struct
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -33,8 +34,8 @@ from qjm.addresses import family_of
 from qjm.errors import QJMError, ResourceExhaustedError, TlsError, to_code
 from qjm.protocol import wire
 from qjm.security.authz import WRITER, Authorizer
-from qjm.security.redact import public_message
 from qjm.security.certs import identity_of_der
+from qjm.security.redact import public_message
 from qjm.security.tls import TlsConfig
 from qjm.server.frame_memory import FrameMemory
 from qjm.server.journal import Journal
@@ -84,6 +85,22 @@ def _set_timeout(sock: socket.socket, seconds: float) -> None:
         _set_receive_timeout(sock, seconds)
 
 
+_DRAIN_SECONDS = 1.0
+
+
+def _drain(sock: socket.socket) -> None:
+    """Read and drop what the peer still sends, until it hangs up or for at most a second: closing
+    with unread bytes would reset the connection, and the peer could lose the refusal sent it."""
+    deadline = time.monotonic() + _DRAIN_SECONDS
+    try:
+        while (left := deadline - time.monotonic()) > 0:
+            sock.settimeout(left)
+            if not sock.recv(65536):
+                return
+    except OSError:
+        pass
+
+
 class _Conn(socketserver.BaseRequestHandler):
     server: DataServer
 
@@ -126,6 +143,7 @@ class _Conn(socketserver.BaseRequestHandler):
             err = TlsError("this node's data plane requires TLS (mutual, with a certificate of its CA)")
             self.server.count_tls_refusal(self.client_address, "a peer that does not speak TLS")
             self._send_error(sock, to_code(err), str(err), 0)
+            _drain(sock)
             return None
         secured = context.wrap_socket(sock.dup(), server_side=True, do_handshake_on_connect=False)
         try:
@@ -133,6 +151,11 @@ class _Conn(socketserver.BaseRequestHandler):
         except (ssl.SSLError, OSError) as e:
             self.server.count_tls_refusal(self.client_address, f"TLS handshake failed: {e}")
             secured.close()
+            try:
+                sock.shutdown(socket.SHUT_WR)  # after the alert the session sent
+            except OSError:
+                pass
+            _drain(sock)
             return None
         return secured
 
