@@ -22,6 +22,7 @@ from qjm._native import framing
 from qjm.errors import ConfigError, TlsError
 from qjm.protocol import wire
 from qjm.protocol.frame import FRAME_HEADER_SIZE
+from qjm.security.certs import identity_of_der
 from qjm.security.tls import TlsConfig
 from qjm.testing.certs import Pki
 
@@ -49,12 +50,14 @@ def frame(first: int, size: int = 10) -> bytes:
 
 
 class Node:
-    """One TLS data-plane connection served as the node serves it: the handshake through Python's
-    ssl, then a Receiver (of the module given) over the ssl.SSLSocket, acking each run."""
+    """One TLS data-plane connection served as the node serves it: a Receiver (of the module given)
+    runs the handshake, then reads and acks each run through its session. Without a module, a
+    peer that only runs the handshake (with Python's ssl)."""
 
     def __init__(self, tls: TlsConfig, rx_module: ModuleType | None, *, answer: bool = True) -> None:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
+        self.tls = tls
         self.context = tls.server_ssl_context()
         self.rx_module = rx_module
         self.answer = answer
@@ -71,17 +74,22 @@ class Node:
             if not self.answer:  # a peer that never answers the ClientHello
                 self.release.wait(WAIT)
                 return
-            with self.context.wrap_socket(conn, server_side=True) as s:
-                assert self.rx_module is not None
-                rx = self.rx_module.Receiver(s)
-                self.outcome.put(rx.hello())
-                while (run := rx.next_run()) is not None:
-                    frames, commits = run
-                    self.frames += frames
-                    self.commits += commits
-                    if frames:
-                        rx.ack(framing.decode_header(frames[-1][:FRAME_HEADER_SIZE]).last_txid)
-                self.outcome.put("eof")
+            if self.rx_module is None:
+                with self.context.wrap_socket(conn, server_side=True) as s:
+                    s.recv(1)
+                return
+            rx = self.rx_module.Receiver(conn)
+            rx.handshake(self.rx_module.TlsServer(self.tls.ca_file, self.tls.cert_file, self.tls.key_file), WAIT)
+            self.outcome.put(identity_of_der(rx.peer_certificate()))
+            self.outcome.put(rx.hello())
+            while (run := rx.next_run()) is not None:
+                frames, commits = run
+                self.frames += frames
+                self.commits += commits
+                if frames:
+                    rx.ack(framing.decode_header(frames[-1][:FRAME_HEADER_SIZE]).last_txid)
+            self.outcome.put("eof")
+            rx.close()
         except (OSError, ssl.SSLError) as e:
             self.outcome.put(e)
         finally:
@@ -125,6 +133,7 @@ def test_a_tls_link_delivers_every_frame_in_order_and_carries_the_acks(
     tls = engine.TlsClient(pki.clients["alice"].ca_file, pki.clients["alice"].cert_file, pki.clients["alice"].key_file)
     link = f.add_link(sock, tls=tls, server_name="127.0.0.1", timeout=WAIT)
     assert f.send(link, wire.encode_hello("j1")) == 0
+    assert node.outcome.get(timeout=WAIT) == "alice"  # the writer's identity, from its verified certificate
     assert node.outcome.get(timeout=WAIT) == "j1"
     sent = []
     for t in range(1, 201):

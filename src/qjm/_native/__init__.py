@@ -44,6 +44,7 @@ PUBLIC_API: dict[str, tuple[str, ...]] = {
         "Fanout",
         "Receiver",
         "TlsClient",
+        "TlsServer",
         "ACK_SIZE",
         "MAX_WINDOW_COUNT",
         "wire_layout",

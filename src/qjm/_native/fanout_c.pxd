@@ -112,7 +112,18 @@ cdef extern from "<openssl/ssl.h>" nogil:
         pass
     ctypedef struct X509_VERIFY_PARAM:
         pass
+    ctypedef struct X509:
+        pass
     const SSL_METHOD *TLS_client_method()
+    const SSL_METHOD *TLS_server_method()
+    unsigned long long SSL_CTX_set_options(SSL_CTX *ctx, unsigned long long op)
+    int SSL_CTX_set_num_tickets(SSL_CTX *ctx, size_t n)
+    int SSL_CTX_set_ciphersuites(SSL_CTX *ctx, const char *suites)
+    void SSL_set_accept_state(SSL *ssl)
+    X509 *SSL_get1_peer_certificate(const SSL *ssl)
+    void X509_free(X509 *x)
+    int i2d_X509(X509 *x, unsigned char **out)
+    unsigned long long SSL_OP_IGNORE_UNEXPECTED_EOF
     SSL_CTX *SSL_CTX_new(const SSL_METHOD *method)
     void SSL_CTX_free(SSL_CTX *ctx)
     int SSL_CTX_use_certificate_chain_file(SSL_CTX *ctx, const char *path)
@@ -204,7 +215,9 @@ ctypedef struct link_t:
     bint quiet                      # acks wake wait_news() waiters only; failures are still reported
     SSL *ssl                        # NULL: plaintext; else the TLS session, which owns the two BIOs
     BIO *rbio                       # ciphertext received, for SSL_read
-    BIO *wbio                       # ciphertext SSL_write produced, for send
+    BIO *wbio                       # ciphertext SSL_write produced, moved at once to cbuf
+    unsigned char *cbuf             # ciphertext waiting to be sent: [chead, clen)
+    Py_ssize_t chead, clen, ccap
 
 
 cdef class Fanout:
@@ -233,9 +246,13 @@ cdef class TlsClient:
     cdef SSL *_session(self, int fd, str server_name, double timeout) except NULL
 
 
+cdef class TlsServer:
+    cdef SSL_CTX *_ctx
+
+
 cdef class Receiver:
     cdef object _sock
-    cdef bint _py                   # a Python socket object moves the bytes (an ssl.SSLSocket)
+    cdef SSL *_ssl                  # NULL: plaintext; else the session on the socket (after handshake())
     cdef int _fd
     cdef unsigned char *_buf
     cdef Py_ssize_t _len
@@ -247,3 +264,5 @@ cdef class Receiver:
     cdef int _fill(self, Py_ssize_t need) except -1
     cdef void _consume(self, Py_ssize_t n) noexcept
     cdef int _shrink(self) except -1
+    cdef int _write(self, const char *p, Py_ssize_t n) except -1
+    cdef int _fill_tls(self) except -1

@@ -21,6 +21,16 @@ class TlsClient:
         """A file that cannot be loaded, or a key that does not match the certificate, raises ConfigError."""
 
 @disjoint_base
+class TlsServer:
+    """A node's side of data-plane TLS: its certificate chain and key (PEM files) and the CA whose
+    certificates it accepts; TLS 1.3, a client certificate signed by that CA required."""
+
+    def __init__(
+        self, ca_file: str | os.PathLike[str], cert_file: str | os.PathLike[str], key_file: str | os.PathLike[str]
+    ) -> None:
+        """A file that cannot be loaded, or a key that does not match the certificate, raises ConfigError."""
+
+@disjoint_base
 class Fanout:
     """Pipelined sender to many nodes: one epoll loop, one non-blocking connection per link."""
 
@@ -100,12 +110,22 @@ class Receiver:
     """The node's end of one data-plane connection: hello, then runs of frames and commit notices."""
 
     def __init__(self, sock: socket.socket, max_frame: int = ..., memory: object | None = None) -> None:
-        """``sock``: a connected socket, or an ``ssl.SSLSocket`` whose handshake is done (the bytes
-        then move through it). ``max_frame``: the largest frame (header included) this connection takes; a larger one
+        """``max_frame``: the largest frame (header included) this connection takes; a larger one
         raises ResourceExhaustedError before any of it is buffered. ``memory``: the node's budget, with
         ``take(n)`` (may raise ResourceExhaustedError) and ``give(n)`` (``qjm.server.frame_memory``);
         the buffer grows past its base (one receive chunk) only with bytes taken from it, and gives
         them back once the large frame is consumed or on ``close``."""
+
+    def handshake(self, tls: TlsServer, timeout: float) -> None:
+        """Run the node's side of the TLS handshake first, within ``timeout`` seconds in all; the
+        connection is then read and answered through the session. A peer the session refuses (no
+        certificate, another CA, expired, not TLS) raises TlsError; a timeout or a hang-up OSError."""
+
+    def peer_certificate(self) -> bytes | None:
+        """The peer's verified certificate (DER) after ``handshake``; None on a plaintext connection."""
+
+    def send(self, data: bytes) -> None:
+        """Send ``data`` whole to the peer (an ERROR message), through the session if any."""
 
     def close(self) -> None:
         """Give back the memory held past the base buffer; the receiver cannot be used after."""

@@ -19,7 +19,8 @@
 # reads and writes two memory BIOs: send() encrypts into the outgoing one (the caller's thread,
 # without the GIL for large frames), the loop sends that ciphertext and feeds what it receives to
 # SSL_read, so the loop's syscalls are those of plaintext and no Python runs per ack. A Receiver
-# given an ssl.SSLSocket reads through it (Python's ssl releases the GIL while it decrypts).
+# whose handshake() ran with a TlsServer reads and acks through its session on the socket, still
+# without the GIL.
 #
 # Locking: each link has a pthread mutex. A thread never waits for the GIL while holding one, so a
 # holder of the GIL may block on a mutex.
@@ -34,15 +35,10 @@ from libc.string cimport memcpy, memmove, memset
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 from posix.unistd cimport close as c_close, read as c_read, write as c_write
 
-cdef extern from "Python.h":
-    object PyMemoryView_FromMemory(char *mem, Py_ssize_t size, int flags)
-    int PyBUF_WRITE
-
 
 from qjm._native.framing_c cimport QJM_FRAME_HEADER_SIZE, QJM_FRAME_MAGIC
 
 import os
-import ssl
 import traceback
 
 from qjm._native.framing_c import decode_header as _decode_header
@@ -72,7 +68,8 @@ cdef enum:
     F_TLS = 5                       # the TLS session failed (an alert, a bad record): detail = text
 
 cdef enum:
-    TLS_CHUNK = 16384               # ciphertext moved per recv / BIO step
+    TLS_CHUNK = 16384               # ciphertext moved per recv / BIO step (the fan-out loop)
+    TLS_RECV = 65536                # ciphertext per recv on the node's side
     TLS_ERRTEXT = 256
 
 cdef unsigned long long WAKE = 0xFFFFFFFFFFFFFFFFULL
@@ -109,6 +106,7 @@ cdef void _drop_queue(link_t *l) noexcept nogil:
     for i in range(l.qhead, l.qlen):
         _rel_push(l, l.q[i].obj)
     l.qhead = l.qlen = 0
+    l.chead = l.clen = 0
     l.flhead = l.fllen = 0
     l.inflight_bytes = 0
 
@@ -167,31 +165,62 @@ cdef void _bio_skip(BIO *b, Py_ssize_t n) noexcept nogil:
 
 
 cdef int _flush_tls(link_t *l) noexcept nogil:
-    # Send the ciphertext waiting in the outgoing BIO until the socket would block; 0 or an errno.
-    cdef char *p = NULL
-    cdef long n
+    # Send the waiting ciphertext until the socket would block; 0 or an errno.
     cdef ssize_t r
-    while True:
-        n = BIO_get_mem_data(l.wbio, &p)
-        if n <= 0:
-            return 0
-        r = send(l.fd, p, <size_t>n, MSG_NOSIGNAL | MSG_DONTWAIT)
+    while l.clen > l.chead:
+        r = send(l.fd, l.cbuf + l.chead, <size_t>(l.clen - l.chead), MSG_NOSIGNAL | MSG_DONTWAIT)
         if r < 0:
             if errno == EINTR:
                 continue
             if errno == EAGAIN:
                 return 0
             return errno
-        _bio_skip(l.wbio, r)
+        l.chead += r
+    l.chead = l.clen = 0
+    return 0
+
+
+cdef bint _take_cipher(link_t *l) noexcept nogil:
+    # Move what the session wrote from the outgoing BIO to cbuf (the BIO would move its whole
+    # backlog on every write after a partial read). cbuf is compacted only once the bytes sent
+    # from its front outnumber those left, and otherwise doubles: amortised O(1) per byte.
+    cdef Py_ssize_t n = <Py_ssize_t>BIO_ctrl_pending(l.wbio)
+    cdef Py_ssize_t live, cap
+    cdef unsigned char *nb
+    cdef int k
+    if n == 0:
+        return True
+    if l.clen + n > l.ccap:
+        live = l.clen - l.chead
+        if l.chead and l.chead >= live and live + n <= l.ccap:
+            memmove(l.cbuf, l.cbuf + l.chead, <size_t>live)
+            l.clen = live
+            l.chead = 0
+        else:
+            cap = l.ccap * 2 if l.ccap else 65536
+            while cap < l.clen + n:
+                cap *= 2
+            nb = <unsigned char *>realloc(l.cbuf, <size_t>cap)
+            if nb == NULL:
+                return False
+            l.cbuf = nb
+            l.ccap = cap
+    while n > 0:
+        k = BIO_read(l.wbio, l.cbuf + l.clen, <int>(n if n < (1 << 30) else (1 << 30)))
+        if k <= 0:
+            return False
+        l.clen += k
+        n -= k
+    return True
 
 
 cdef bint _tls_write(link_t *l, const char *p, Py_ssize_t n) noexcept nogil:
-    # Encrypt into the outgoing memory BIO, which grows: all of it is taken, or the session failed.
+    # Encrypt into cbuf: all of it is taken, or the session failed.
     cdef int k
     while n > 0:
         ERR_clear_error()
         k = SSL_write(l.ssl, p, <int>(n if n < (1 << 30) else (1 << 30)))
-        if k <= 0:
+        if k <= 0 or not _take_cipher(l):
             return False
         p += k
         n -= k
@@ -244,7 +273,7 @@ cdef int _flush(int ep, link_t *l, unsigned long long token) noexcept nogil:
         memmove(l.q, l.q + l.qhead, <size_t>(l.qlen - l.qhead) * sizeof(qent))
         l.qlen -= l.qhead
         l.qhead = 0
-    want = l.qlen > l.qhead or (l.ssl != NULL and BIO_ctrl_pending(l.wbio) > 0)
+    want = l.qlen > l.qhead or l.clen > l.chead
     if want != l.out_armed and l.registered:
         ev.events = EPOLLIN | EPOLLRDHUP | (EPOLLOUT if want else 0)
         ev.data.u64 = token
@@ -385,6 +414,9 @@ cdef void _read_tls(int ep, link_t *l, unsigned long long token) noexcept nogil:
             _fail(ep, l, F_OSERROR, errno, NULL, 0)
     if l.state == L_OPEN and BIO_ctrl_pending(l.wbio) > 0:
         # The session answered something (a key update): send it with the rest.
+        if not _take_cipher(l):
+            _fail(ep, l, F_OSERROR, ENOMEM, NULL, 0)
+            return
         e = _flush(ep, l, token)
         if e:
             _fail(ep, l, F_OSERROR, e, NULL, 0)
@@ -437,7 +469,7 @@ cdef int _enqueue(int ep, link_t *links, link_t *l, PyObject *pre, const char *p
         rc = 1
     elif l.ssl != NULL:
         # Encrypted at once: the ciphertext waits in the outgoing BIO, the buffers are let go.
-        was_empty = BIO_ctrl_pending(l.wbio) == 0
+        was_empty = l.clen == l.chead
         if (pre != NULL and not _tls_write(l, prep, npre)) or not _tls_write(l, frp, n):
             _fail_tls(ep, l)
             rc = -1
@@ -498,7 +530,7 @@ cdef int _wait_fd(int fd, short events, timespec *deadline) noexcept nogil:
 
 
 cdef int _handshake(SSL *ssl, BIO *rbio, BIO *wbio, int fd, double timeout) noexcept nogil:
-    # The client handshake over the memory BIOs on a non-blocking fd, within `timeout` seconds:
+    # The handshake (either side) over the memory BIOs on fd, within `timeout` seconds in all:
     # 0 done, -1 the TLS layer refused (the thread's error queue says why), else an errno
     # (ETIMEDOUT, ECONNRESET when the peer hung up).
     cdef timespec deadline
@@ -608,6 +640,8 @@ cdef class Fanout:
                 if l.ssl != NULL:
                     SSL_free(l.ssl)
                     l.ssl = NULL
+                free(l.cbuf)
+                l.cbuf = NULL
             for i in range(MAX_LINKS):
                 pthread_mutex_destroy(&self._links[i].mu)
             free(self._links)
@@ -688,6 +722,7 @@ cdef class Fanout:
         pthread_mutex_lock(&l.mu)
         l.fd = fd
         l.ssl = ssl
+        l.chead = l.clen = 0
         l.rbio = SSL_get_rbio(ssl) if ssl != NULL else NULL
         l.wbio = SSL_get_wbio(ssl) if ssl != NULL else NULL
         l.qhead = l.qlen = 0
@@ -783,6 +818,9 @@ cdef class Fanout:
         if l.ssl != NULL:
             SSL_free(l.ssl)
             l.ssl = NULL
+        free(l.cbuf)            # a large backlog is not kept for the slot's next link
+        l.cbuf = NULL
+        l.chead = l.clen = l.ccap = 0
         l.state = L_FREE
         l.gen += 1
         pthread_mutex_unlock(&l.mu)
@@ -1029,27 +1067,19 @@ cdef str _reason():
     return PyBytes_FromStringAndSize(text, n).decode(errors="replace")
 
 
-cdef class TlsClient:
-    """A writer's side of data-plane TLS: its certificate chain and key (PEM files) and the CA
-    certificates it trusts; TLS 1.3 (as ``qjm.security.tls``), the node's certificate always verified."""
-
-    def __cinit__(self):
-        self._ctx = NULL
-
-    def __init__(self, ca_file, cert_file, key_file):
-        cdef SSL_CTX *ctx
-        cdef bytes ca = os.fsencode(ca_file)
-        cdef bytes cert = os.fsencode(cert_file)
-        cdef bytes key = os.fsencode(key_file)
-        if self._ctx != NULL:
-            raise RuntimeError("TlsClient is already initialised")
-        ERR_clear_error()
-        ctx = SSL_CTX_new(TLS_client_method())
-        if ctx == NULL:
-            raise MemoryError()
-        self._ctx = ctx
-        SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION)
-        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL)
+cdef SSL_CTX *_new_ctx(const SSL_METHOD *method, int verify, ca_file, cert_file, key_file) except NULL:
+    # TLS 1.3 only (as qjm.security.tls), this end's certificate and key, the CA to verify the peer.
+    cdef bytes ca = os.fsencode(ca_file)
+    cdef bytes cert = os.fsencode(cert_file)
+    cdef bytes key = os.fsencode(key_file)
+    ERR_clear_error()
+    cdef SSL_CTX *ctx = SSL_CTX_new(method)
+    if ctx == NULL:
+        raise MemoryError()
+    SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION)
+    SSL_CTX_set_verify(ctx, verify, NULL)
+    SSL_CTX_set_options(ctx, SSL_OP_IGNORE_UNEXPECTED_EOF)  # a hang-up without close_notify is EOF
+    try:
         if SSL_CTX_load_verify_locations(ctx, ca, NULL) != 1:
             raise ConfigError(f"cannot load the CA certificates from {ca_file}: {_reason()}")
         if SSL_CTX_use_certificate_chain_file(ctx, cert) != 1:
@@ -1058,6 +1088,46 @@ cdef class TlsClient:
             raise ConfigError(f"cannot load the private key from {key_file}: {_reason()}")
         if SSL_CTX_check_private_key(ctx) != 1:
             raise ConfigError(f"the key in {key_file} does not match the certificate in {cert_file}: {_reason()}")
+    except ConfigError:
+        SSL_CTX_free(ctx)
+        raise
+    return ctx
+
+
+cdef class TlsServer:
+    """A node's side of data-plane TLS: its certificate chain and key (PEM files) and the CA whose
+    certificates it accepts; TLS 1.3, a client certificate signed by that CA required."""
+
+    def __cinit__(self):
+        self._ctx = NULL
+
+    def __init__(self, ca_file, cert_file, key_file):
+        if self._ctx != NULL:
+            raise RuntimeError("TlsServer is already initialised")
+        self._ctx = _new_ctx(TLS_server_method(), SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT,
+                             ca_file, cert_file, key_file)
+        SSL_CTX_set_num_tickets(self._ctx, 0)   # no resumption: a writer's link lives for a segment
+
+    def __dealloc__(self):
+        if self._ctx != NULL:
+            SSL_CTX_free(self._ctx)
+            self._ctx = NULL
+
+
+cdef class TlsClient:
+    """A writer's side of data-plane TLS: its certificate chain and key (PEM files) and the CA
+    certificates it trusts; TLS 1.3 (as ``qjm.security.tls``), the node's certificate always verified."""
+
+    def __cinit__(self):
+        self._ctx = NULL
+
+    def __init__(self, ca_file, cert_file, key_file):
+        if self._ctx != NULL:
+            raise RuntimeError("TlsClient is already initialised")
+        self._ctx = _new_ctx(TLS_client_method(), SSL_VERIFY_PEER, ca_file, cert_file, key_file)
+        # AES-128-GCM first: the node (TlsServer) takes the writer's order, and it costs the writer,
+        # which encrypts every batch once per node, about a third less CPU than AES-256-GCM.
+        SSL_CTX_set_ciphersuites(self._ctx, b"TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256")
 
     def __dealloc__(self):
         if self._ctx != NULL:
@@ -1119,13 +1189,13 @@ cdef class Receiver:
 
     def __cinit__(self):
         self._buf = NULL
+        self._ssl = NULL
 
     def __init__(self, sock, max_frame=QJM_FRAME_HEADER_SIZE + _MAX_PAYLOAD, memory=None):
         if self._buf != NULL:
             raise RuntimeError("Receiver is already initialised")
         self._sock = sock
         self._fd = sock.fileno()
-        self._py = isinstance(sock, ssl.SSLSocket)
         self._max_frame = max_frame
         self._memory = memory
         self._cap = RECV_CHUNK
@@ -1138,6 +1208,115 @@ cdef class Receiver:
     def __dealloc__(self):
         free(self._buf)
         self._buf = NULL
+        if self._ssl != NULL:
+            SSL_free(self._ssl)
+            self._ssl = NULL
+
+    def handshake(self, TlsServer tls not None, double timeout):
+        """Run the node's side of the TLS handshake first, within ``timeout`` seconds in all; the
+        connection is then read and answered through the session. A peer the session refuses (no
+        certificate, another CA, expired, not TLS) raises TlsError; a timeout or a hang-up OSError."""
+        cdef SSL *ssl
+        cdef BIO *rbio
+        cdef BIO *wbio
+        cdef int rc
+        if self._buf == NULL:
+            raise OSError(EBADF, "receiver is closed")
+        if self._ssl != NULL:
+            raise RuntimeError("the TLS handshake already ran")
+        if timeout != timeout or timeout <= 0:
+            raise ValueError("timeout must be > 0")
+        ERR_clear_error()
+        ssl = SSL_new(tls._ctx)
+        if ssl == NULL:
+            raise MemoryError()
+        rbio = BIO_new(BIO_s_mem())
+        wbio = BIO_new(BIO_s_mem())
+        if rbio == NULL or wbio == NULL:
+            if rbio != NULL:
+                BIO_free(rbio)
+            if wbio != NULL:
+                BIO_free(wbio)
+            SSL_free(ssl)
+            raise MemoryError()
+        SSL_set_bio(ssl, rbio, wbio)
+        SSL_set_accept_state(ssl)
+        with nogil:
+            rc = _handshake(ssl, rbio, wbio, self._fd, timeout)
+        if rc == 0:
+            self._ssl = ssl
+            return
+        text = _reason() if rc == -1 else ""
+        SSL_free(ssl)
+        if rc == -1:
+            raise TlsError(f"TLS handshake failed: {text}")
+        if rc == ECONNRESET:
+            raise TlsError("the peer hung up during the TLS handshake")
+        raise OSError(rc, f"TLS handshake: {os.strerror(rc)}")
+
+    def peer_certificate(self):
+        """The peer's verified certificate (DER) after ``handshake``; None on a plaintext connection."""
+        cdef X509 *x
+        cdef int n
+        cdef unsigned char *p
+        if self._ssl == NULL:
+            return None
+        x = SSL_get1_peer_certificate(self._ssl)
+        if x == NULL:
+            return None
+        try:
+            n = i2d_X509(x, NULL)
+            if n <= 0:
+                raise TlsError("the peer's certificate cannot be encoded")
+            der = PyBytes_FromStringAndSize(NULL, n)
+            p = <unsigned char *>PyBytes_AS_STRING(der)
+            i2d_X509(x, &p)
+            return der
+        finally:
+            X509_free(x)
+
+    cdef int _write(self, const char *p, Py_ssize_t n) except -1:
+        # All of p to the peer (encrypted first, with a session), without the GIL.
+        cdef ssize_t r = 0
+        cdef int err = 0
+        cdef bint refused = False
+        cdef int fd = self._fd
+        cdef SSL *ssl = self._ssl
+        cdef BIO *wbio = NULL
+        cdef char *c = NULL
+        with nogil:
+            if ssl != NULL:
+                wbio = SSL_get_wbio(ssl)
+                ERR_clear_error()
+                while n > 0:
+                    r = SSL_write(ssl, p, <int>(n if n < (1 << 30) else (1 << 30)))
+                    if r <= 0:
+                        refused = True
+                        break
+                    p += r
+                    n -= r
+                n = 0 if refused else BIO_get_mem_data(wbio, &c)
+                p = c
+            while n > 0:
+                r = send(fd, p, <size_t>n, MSG_NOSIGNAL)
+                if r < 0:
+                    err = errno
+                    if err == EINTR:
+                        continue
+                    break
+                p += r
+                n -= r
+                if wbio != NULL:
+                    _bio_skip(wbio, r)
+        if refused:
+            raise TlsError(f"TLS write failed: {_reason()}")
+        if n > 0:
+            raise OSError(err, os.strerror(err))
+        return 0
+
+    def send(self, bytes data not None):
+        """Send ``data`` whole to the peer (an ERROR message), through the session if any."""
+        self._write(PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
 
     def close(self):
         """Give back the memory held past the base buffer (idempotent)."""
@@ -1149,6 +1328,9 @@ cdef class Receiver:
         self._buf = NULL
         self._len = 0
         self._cap = 0
+        if self._ssl != NULL:
+            SSL_free(self._ssl)
+            self._ssl = NULL
 
     cdef int _shrink(self) except -1:
         # Back to the base buffer once a large frame is consumed, and its memory back to the node.
@@ -1185,13 +1367,8 @@ cdef class Receiver:
                 raise MemoryError()
             self._buf = nb
             self._cap = cap
-        if self._py:
-            r = self._sock.recv_into(
-                PyMemoryView_FromMemory(<char *>self._buf + self._len, self._cap - self._len, PyBUF_WRITE))
-            if r == 0:
-                self._eof = True
-            self._len += r
-            return 0
+        if self._ssl != NULL:
+            return self._fill_tls()
         with nogil:
             while True:
                 r = recv(fd, self._buf + self._len, <size_t>(self._cap - self._len), 0)
@@ -1202,6 +1379,58 @@ cdef class Receiver:
         if r == 0:
             self._eof = True
         self._len += r
+        return 0
+
+    cdef int _fill_tls(self) except -1:
+        # Decrypt what has arrived, without the GIL: wait (SO_RCVTIMEO: EAGAIN) only while nothing
+        # has, then take whatever else the socket holds already, as the plaintext path's one large
+        # recv does, so that a run (one group commit) covers everything received.
+        cdef SSL *ssl = self._ssl
+        cdef BIO *rbio = SSL_get_rbio(ssl)
+        cdef unsigned char *buf = self._buf + self._len
+        cdef Py_ssize_t room = self._cap - self._len
+        cdef Py_ssize_t got = 0
+        cdef unsigned char cipher[TLS_RECV]
+        cdef ssize_t r
+        cdef int k
+        cdef int err = 0
+        cdef bint eof = False
+        cdef bint refused = False
+        cdef int fd = self._fd
+        with nogil:
+            ERR_clear_error()
+            while got < room:
+                k = SSL_read(ssl, buf + got, <int>(room - got if room - got < (1 << 30) else (1 << 30)))
+                if k > 0:
+                    got += k
+                    continue
+                k = SSL_get_error(ssl, k)
+                if k == SSL_ERROR_ZERO_RETURN:
+                    eof = True
+                    break
+                if k != SSL_ERROR_WANT_READ:
+                    refused = True
+                    break
+                r = recv(fd, cipher, TLS_RECV, MSG_DONTWAIT if got else 0)
+                if r > 0:
+                    if BIO_write(rbio, cipher, <int>r) != r:
+                        err = ENOMEM
+                        break
+                elif r == 0:
+                    eof = True
+                    break
+                elif errno == EINTR:
+                    continue
+                else:
+                    err = errno
+                    break
+        if got == 0:
+            if refused:
+                raise TlsError(f"TLS session failed: {_reason()}")
+            if err:
+                raise OSError(err, os.strerror(err))
+        self._eof = eof and got == 0
+        self._len += got
         return 0
 
     cdef void _consume(self, Py_ssize_t n) noexcept:
@@ -1303,8 +1532,8 @@ cdef class Receiver:
         msg.magic = QJM_ACK_MAGIC
         msg.reserved = 0
         msg.txid = txid
-        if self._py:
-            self._sock.sendall(PyBytes_FromStringAndSize(b, sizeof(qjm_ack)))
+        if self._ssl != NULL:
+            self._write(b, sizeof(qjm_ack))
             return
         with nogil:
             while off < <Py_ssize_t>sizeof(qjm_ack):

@@ -4,8 +4,8 @@
 writes from the caller's thread while the link's queue is empty and leaves the rest to the loop.
 ``Receiver`` is the node's side of one connection. Written independently of the Cython module as
 the simplest correct code (style-anchors R4). TLS: a link added with a ``TlsClient`` runs an
-``ssl.SSLObject`` over two memory BIOs, as the Cython module runs libssl; a ``Receiver`` given an
-``ssl.SSLSocket`` reads through it.
+``ssl.SSLObject`` over two memory BIOs, as the Cython module runs libssl; a ``Receiver`` whose
+``handshake`` ran with a ``TlsServer`` reads and acks through an ``ssl.SSLSocket``.
 """
 
 from __future__ import annotations
@@ -79,6 +79,17 @@ class TlsClient:
                 incoming.write(data)
         finally:
             sel.close()
+
+
+class TlsServer:
+    """A node's side of data-plane TLS: its certificate chain and key (PEM files) and the CA whose
+    certificates it accepts; TLS 1.3, a client certificate signed by that CA required."""
+
+    def __init__(
+        self, ca_file: str | os.PathLike[str], cert_file: str | os.PathLike[str], key_file: str | os.PathLike[str]
+    ) -> None:
+        self.context = TlsConfig(os.fspath(ca_file), os.fspath(cert_file), os.fspath(key_file)).server_ssl_context()
+        self.context.num_tickets = 0  # no resumption: a writer's link lives for a segment
 
 
 def _send_all(sock: socket.socket, data: bytes, sel: selectors.BaseSelector, deadline: float, name: str) -> None:
@@ -564,6 +575,46 @@ class Receiver:
         self._memory = memory
         self._cap = _RECV  # the buffer never holds more than this; past _RECV it is budgeted
         self._closed = False
+        self._tls: ssl.SSLSocket | None = None
+
+    def handshake(self, tls: TlsServer, timeout: float) -> None:
+        """Run the node's side of the TLS handshake first, within ``timeout`` seconds in all; the
+        connection is then read and answered through the session. A peer the session refuses (no
+        certificate, another CA, expired, not TLS) raises TlsError; a timeout or a hang-up OSError."""
+        if self._closed:
+            raise OSError(errno.EBADF, "receiver is closed")
+        if self._tls is not None:
+            raise RuntimeError("the TLS handshake already ran")
+        if timeout != timeout or timeout <= 0:
+            raise ValueError("timeout must be > 0")
+        # On a duplicate of the descriptor: wrapping takes the socket over, and the caller keeps its own.
+        secured = tls.context.wrap_socket(self._sock.dup(), server_side=True, do_handshake_on_connect=False)
+        secured.settimeout(timeout)
+        try:
+            secured.do_handshake()
+        except ssl.SSLError as e:
+            secured.close()
+            raise TlsError(f"TLS handshake failed: {e}") from None
+        except ConnectionError:
+            secured.close()
+            raise TlsError("the peer hung up during the TLS handshake") from None
+        except BaseException:
+            secured.close()
+            raise
+        secured.settimeout(None)  # the caller's SO_RCVTIMEO on the shared socket bounds each read
+        self._tls = secured
+        self._sock = secured
+
+    def peer_certificate(self) -> bytes | None:
+        """The peer's verified certificate (DER) after ``handshake``; None on a plaintext connection."""
+        return None if self._tls is None else self._tls.getpeercert(binary_form=True)
+
+    def send(self, data: bytes) -> None:
+        """Send ``data`` whole to the peer (an ERROR message), through the session if any."""
+        try:
+            self._sock.sendall(data)
+        except ssl.SSLError as e:
+            raise TlsError(f"TLS write failed: {e}") from None
 
     def close(self) -> None:
         """Give back the memory held past the base buffer; the receiver cannot be used after."""
@@ -573,6 +624,8 @@ class Receiver:
                 self._memory.give(self._cap - _RECV)
             self._cap = _RECV
             self._buf = bytearray()
+            if self._tls is not None:
+                self._tls.close()
 
     def _shrink(self) -> None:
         if self._cap > _RECV and len(self._buf) <= _RECV // 2:
@@ -592,7 +645,12 @@ class Receiver:
             if self._memory is not None:
                 self._memory.take(cap - self._cap)
             self._cap = cap
-        chunk = self._sock.recv(min(_RECV, self._cap - len(self._buf)))
+        try:
+            chunk = self._sock.recv(min(_RECV, self._cap - len(self._buf)))
+        except ssl.SSLWantReadError:  # SO_RCVTIMEO, as the native receiver reports it
+            raise OSError(errno.EAGAIN, os.strerror(errno.EAGAIN)) from None
+        except ssl.SSLError as e:
+            raise TlsError(f"TLS session failed: {e}") from None
         if not chunk:
             self._eof = True
         self._buf += chunk
@@ -672,7 +730,7 @@ class Receiver:
         """Tell the writer everything through ``txid`` is durable."""
         if not 0 <= txid < 1 << 64:
             raise OverflowError(f"txid {txid} out of range")
-        self._sock.sendall(wire.encode_ack(txid))
+        self.send(wire.encode_ack(txid))
 
 
 def wire_layout() -> dict[str, dict[str, int]]:

@@ -14,19 +14,22 @@ from typing import Any
 from qjm._native import capabilities
 from qjm.bench.floor import run_c_floors, worker_floor
 from qjm.bench.peers import PEERS, measure
-from qjm.bench.report import peer_goals, peers_table, plot_result, summarise, table
+from qjm.bench.report import peer_goals, peers_table, plot_result, summarise, table, tls_goals, tls_table
 from qjm.bench.workers import run_peer_worker, run_worker, worker_process_failover, worker_qjm
 from qjm.bench.workload import FULL, PURE_SCALE, SMOKE
 
 DESCRIPTION = "qjm against the disk's floor, native against pure, in one run on one disk"
 
 
-def run(smoke: bool = False, json_out: bool = False, plot: str | None = None, peers: bool = False) -> dict[str, Any]:
+def run(
+    smoke: bool = False, json_out: bool = False, plot: str | None = None, peers: bool = False, tls: bool = False
+) -> dict[str, Any]:
     """Measure floor, qjm native and qjm pure in one run on one disk; print the table (or JSON).
 
     ``smoke`` runs tiny counts (seconds), for CI. ``peers`` then measures ZooKeeper, etcd and NATS
     JetStream (``qjm.bench.peers``) on the same disk and prints the second table (a failed or
-    missing peer fails the run rather than being skipped).
+    missing peer fails the run rather than being skipped). ``tls`` also measures qjm native with
+    mutual TLS on both planes (``native_tls``) and prints it beside native, with the ratios.
     """
     base = tempfile.mkdtemp(prefix="qjm-bench-")
     peer_raw: dict[str, dict[str, Any]] = {}
@@ -40,6 +43,8 @@ def run(smoke: bool = False, json_out: bool = False, plot: str | None = None, pe
             "native": run_worker("qjm", os.path.join(base, "native"), smoke, pure=False),
             "pure": run_worker("qjm", os.path.join(base, "pure"), smoke, pure=True),
         }
+        if tls:
+            raw["native_tls"] = run_worker("qjm", os.path.join(base, "native_tls"), smoke, pure=False, tls=True)
         if peers:
             machine["loadavg_before_peers"] = os.getloadavg()
             for name in PEERS:
@@ -58,12 +63,17 @@ def run(smoke: bool = False, json_out: bool = False, plot: str | None = None, pe
         result["peers"] = {k: {m: x for m, x in v.items() if m != "latency"} for k, v in peer_raw.items()}
         raw["peers"] = {k: {"latency": v["latency"]} for k, v in peer_raw.items()}
         result["peer_goals"] = peer_goals(result)
+    if tls:
+        result["tls_goals"] = tls_goals(result["summary"])
     if plot:
         plot_result(result, plot)
     if json_out:
         print(json.dumps({k: v for k, v in result.items() if k != "raw"}, indent=2))
     else:
         print(table(result))
+        if tls:
+            print()
+            print(tls_table(result))
         if peers:
             print()
             print(peers_table(result))
@@ -76,11 +86,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--plot", metavar="PNG", help="latency CDF and throughput bars (needs matplotlib)")
     p.add_argument("--peers", action="store_true", help="also ZooKeeper, etcd and NATS JetStream (bench/peers/)")
+    p.add_argument("--tls", action="store_true", help="also qjm native with mutual TLS on both planes, beside native")
 
 
 def run_from(a: argparse.Namespace) -> int:
     """``run`` with the options of ``add_arguments``."""
-    run(smoke=a.smoke, json_out=a.json, plot=a.plot, peers=a.peers)
+    run(smoke=a.smoke, json_out=a.json, plot=a.plot, peers=a.peers, tls=a.tls)
     return 0
 
 
@@ -105,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.worker == "peer":
             res = measure(a.peer, a.base, cfg)
         else:
-            res = worker_floor(a.base, cfg) if a.worker == "floor" else worker_qjm(a.base, cfg)
+            res = worker_floor(a.base, cfg) if a.worker == "floor" else worker_qjm(a.base, cfg, tls=a.tls)
         print(json.dumps(res))
         return 0
     return run_from(a)

@@ -12,3 +12,5 @@ NATIVE_OVER_PURE: Final = 10.0  # qjm native throughput >= this x qjm pure
 LATENCY_OVER_PEER: Final = 0.4  # qjm native sync p50 <= this x the best durable peer's
 THROUGHPUT_OVER_PEER: Final = 50.0  # qjm native 1 KiB records/s >= this x the best durable peer's
 # and ahead of every peer that is not durable per commit, on both figures
+TLS_SYNC_P50_OVER_PLAIN: Final = 1.15  # qjm native with mutual TLS: sync p50 <= this x without
+TLS_THROUGHPUT_OVER_PLAIN: Final = 0.8  # and pipelined records/s >= this x without (each record size)

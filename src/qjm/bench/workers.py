@@ -5,6 +5,8 @@ floor, qjm native, qjm pure and each peer start from the same state and one back
 leak into another's: ``run_worker`` and ``run_peer_worker`` start one and read the JSON line it
 prints. ``worker_qjm`` is the qjm side: one writer (the worker) and three JournalNode subprocesses
 on loopback; its failover figures come from ``process_failover``, another process that takes over.
+With ``tls`` the nodes and the writer use mutual TLS on both planes (certificates made for the run by
+``qjm.testing.certs``); that worker measures latency, throughput and the same-process failover.
 """
 
 from __future__ import annotations
@@ -19,16 +21,18 @@ from typing import Any
 from qjm.bench.workload import FAILOVER_WARMUP, LATENCY_RECORD, RECORD_SIZES, cpu_per_record, cpu_seconds
 from qjm.client.reader import open_reader
 from qjm.client.writer import open_writer
+from qjm.testing.certs import make_pki
 from qjm.testing.minicluster import MiniJournalCluster
 
 PEER_TIMEOUT = {True: 240.0, False: 900.0}  # seconds for one peer worker (smoke, full): start + both workloads
 
 
-def worker_qjm(base: str, cfg: dict[str, float]) -> dict[str, Any]:
+def worker_qjm(base: str, cfg: dict[str, float], tls: bool = False) -> dict[str, Any]:
     """One writer (this process) and three JournalNode subprocesses that inherit this environment."""
     out: dict[str, Any] = {}
-    with MiniJournalCluster(3, base) as c:
-        w = open_writer(c.uri, create=True)
+    pki = make_pki(os.path.join(base, "pki")) if tls else None
+    with MiniJournalCluster(3, base, tls=pki) as c:
+        w = open_writer(c.uri, create=True, tls=c.client_tls)
         rec = os.urandom(LATENCY_RECORD)
         for _ in range(min(200, int(cfg["rounds"]))):  # warm-up
             w.append(rec)
@@ -65,7 +69,7 @@ def worker_qjm(base: str, cfg: dict[str, float]) -> dict[str, Any]:
                 w.append(rec)
             w.sync()  # the old writer holds an open segment with committed records
             t = time.perf_counter()
-            w2 = open_writer(c.uri)
+            w2 = open_writer(c.uri, tls=c.client_tls)
             w2.append(rec)
             w2.sync()
             fo.append(time.perf_counter() - t)
@@ -73,6 +77,9 @@ def worker_qjm(base: str, cfg: dict[str, float]) -> dict[str, Any]:
             w = w2
         out["failover_same_process"] = fo[warmup:]  # the first takeovers after gigabytes of writes are slower
         for key, follow in (("failover", True), ("failover_cold", False)):
+            if tls:  # the other process would need the certificates: not measured with TLS
+                out[key] = []
+                continue
             took = []
             for _ in range(int(cfg["cold_failovers"])):
                 for _ in range(10):
@@ -118,8 +125,9 @@ def worker_process_failover(uri: str, follow_from: int) -> float:
     return took
 
 
-def run_worker(kind: str, base: str, smoke: bool, pure: bool) -> dict[str, Any]:
-    """One ``floor`` or ``qjm`` worker in its own process (``pure``: on the pure-Python twins); its JSON result."""
+def run_worker(kind: str, base: str, smoke: bool, pure: bool, tls: bool = False) -> dict[str, Any]:
+    """One ``floor`` or ``qjm`` worker in its own process (``pure``: on the pure-Python twins;
+    ``tls``: mutual TLS on both planes); its JSON result."""
     env = dict(os.environ)
     env.pop("QJM_NO_EXTENSIONS", None)
     if pure:
@@ -131,6 +139,8 @@ def run_worker(kind: str, base: str, smoke: bool, pure: bool) -> dict[str, Any]:
         os.sync()  # each worker starts on a settled disk, not behind the last one's writeback
     if pure:
         cmd.append("--pure")
+    if tls:
+        cmd.append("--tls")
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"qjm bench: {kind} worker failed ({proc.returncode}):\n{proc.stderr[-4000:]}")

@@ -10,10 +10,10 @@ ERROR message and the connection is closed: a stream cannot be resynchronised sa
 writer treats the node as out of sync until its next segment (style-anchors R17: the error
 becomes state, never an unwind through the receive loop).
 
-With TLS (design §9.4) the connection's thread first runs the handshake through Python's ``ssl``
-(a client certificate signed by the node's CA required), bounded by ``hello_timeout`` like the
-hello; the Receiver then reads through the ``ssl.SSLSocket``, and the writer's identity must hold
-the writer role on the journal its hello names. A peer that does not start with a TLS handshake
+With TLS (design §9.4) the Receiver first runs the handshake (a client certificate signed by the
+node's CA required), bounded by ``hello_timeout`` like the hello, then reads and acks through the
+session without the GIL; the writer's identity must hold the writer role on the journal its hello
+names. A peer that does not start with a TLS handshake
 record (a plaintext writer, garbage) is answered with one plaintext ERROR (code TLS) and closed.
 """
 
@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import socket
 import socketserver
-import ssl
 import struct
 import threading
 import time
@@ -74,17 +73,6 @@ def _set_receive_timeout(sock: socket.socket, seconds: float) -> None:
 
 
 _TLS_HANDSHAKE_RECORD = 0x16  # the first byte of every TLS ClientHello
-
-
-def _set_timeout(sock: socket.socket, seconds: float) -> None:
-    """The receive timeout of a connection: SO_RCVTIMEO on a plain socket (read by the native
-    receiver), ``settimeout`` on an ``ssl.SSLSocket`` (read through Python); 0 clears it."""
-    if isinstance(sock, ssl.SSLSocket):
-        sock.settimeout(seconds or None)
-    else:
-        _set_receive_timeout(sock, seconds)
-
-
 _DRAIN_SECONDS = 1.0
 
 
@@ -113,56 +101,47 @@ class _Conn(socketserver.BaseRequestHandler):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, limits.keepalive_idle)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, limits.keepalive_interval)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, limits.keepalive_count)
-        identity: str | None = None
-        if self.server.tls_context is not None:
-            secured = self._accept_tls(sock, self.server.tls_context)
-            if secured is None:
-                return
-            sock = secured
-            identity = identity_of_der(secured.getpeercert(binary_form=True) or b"")
+        _set_receive_timeout(sock, limits.hello_timeout)
+        rx = fanout.Receiver(sock, limits.max_frame_bytes, self.server.frame_memory)
         try:
-            self._serve(sock, identity)
+            identity: str | None = None
+            if self.server.tls is not None:
+                if not self._accept_tls(sock, rx, self.server.tls):
+                    return
+                identity = identity_of_der(rx.peer_certificate() or b"")
+            self._serve(sock, rx, identity)
         finally:
-            if sock is not self.request:
-                sock.close()
+            rx.close()
 
-    def _accept_tls(self, sock: socket.socket, context: ssl.SSLContext) -> ssl.SSLSocket | None:
-        """The TLS handshake, within ``hello_timeout``; None (logged, counted, closed) if refused.
-
-        The session runs on a duplicate of the connection's descriptor, so that the server still
-        holds the connection itself (``close_connections`` shuts it down under a blocked read)."""
-        sock.settimeout(self.server.limits.hello_timeout)
+    def _accept_tls(self, sock: socket.socket, rx: Any, tls: Any) -> bool:
+        """The TLS handshake, within ``hello_timeout`` in all; False (logged, counted, closed) if refused."""
         try:
-            first = sock.recv(1, socket.MSG_PEEK)
+            first = sock.recv(1, socket.MSG_PEEK)  # within the hello_timeout set on the socket
         except OSError as e:
             self.server.count_tls_refusal(self.client_address, f"no TLS handshake: {e}")
-            return None
+            return False
         if not first:
-            return None
+            return False
         if first[0] != _TLS_HANDSHAKE_RECORD:
             err = TlsError("this node's data plane requires TLS (mutual, with a certificate of its CA)")
             self.server.count_tls_refusal(self.client_address, "a peer that does not speak TLS")
-            self._send_error(sock, to_code(err), str(err), 0)
+            self._send_error(sock, rx, to_code(err), str(err), 0)
             _drain(sock)
-            return None
-        secured = context.wrap_socket(sock.dup(), server_side=True, do_handshake_on_connect=False)
+            return False
         try:
-            secured.do_handshake()
-        except (ssl.SSLError, OSError) as e:
-            self.server.count_tls_refusal(self.client_address, f"TLS handshake failed: {e}")
-            secured.close()
+            rx.handshake(tls, self.server.limits.hello_timeout)
+        except (TlsError, OSError) as e:
+            self.server.count_tls_refusal(self.client_address, str(e))
             try:
                 sock.shutdown(socket.SHUT_WR)  # after the alert the session sent
             except OSError:
                 pass
             _drain(sock)
-            return None
-        return secured
+            return False
+        return True
 
-    def _serve(self, sock: socket.socket, identity: str | None) -> None:
+    def _serve(self, sock: socket.socket, rx: Any, identity: str | None) -> None:
         limits = self.server.limits
-        _set_timeout(sock, limits.hello_timeout)
-        rx = fanout.Receiver(sock, limits.max_frame_bytes, self.server.frame_memory)
         durable = 0
 
         def ack(txid: int) -> None:
@@ -175,7 +154,7 @@ class _Conn(socketserver.BaseRequestHandler):
             if jid is None:
                 return
             self.server.authz.check(identity, jid, WRITER)
-            _set_timeout(sock, limits.idle_timeout)
+            _set_receive_timeout(sock, limits.idle_timeout)
             with self.server.journals.lease(jid) as journal:
                 while True:
                     run = rx.next_run()
@@ -186,21 +165,21 @@ class _Conn(socketserver.BaseRequestHandler):
         except QJMError as e:
             durable = getattr(e, "durable_txid", durable)
             log.info("data plane %s: refusing: %s: %s", self.client_address, type(e).__name__, e)
-            self._send_error(sock, to_code(e), public_message(str(e), self.server.journals.data_dir), durable)
+            self._send_error(sock, rx, to_code(e), public_message(str(e), self.server.journals.data_dir), durable)
         except OSError as e:
             log.info("data plane %s: connection lost or idle too long: %s", self.client_address, e)
         except Exception as e:  # a bug must not kill the node: report it to the writer and log it
             log.exception("data plane %s: unexpected error", self.client_address)
             self._send_error(
-                sock, "QJM_ERROR", public_message(f"{type(e).__name__}: {e}", self.server.journals.data_dir), durable
-            )
-        finally:
-            rx.close()
+                sock, rx, "QJM_ERROR", public_message(f"{type(e).__name__}: {e}", self.server.journals.data_dir),
+                durable,
+            )  # fmt: skip
 
     @staticmethod
-    def _send_error(sock: socket.socket, code: str, msg: str, durable: int) -> None:
+    def _send_error(sock: socket.socket, rx: Any, code: str, msg: str, durable: int) -> None:
+        """One ERROR message (through the TLS session, once there is one), then the write side closed."""
         try:
-            sock.sendall(wire.encode_error(code, msg, durable))
+            rx.send(wire.encode_error(code, msg, durable))
             sock.shutdown(socket.SHUT_WR)
         except OSError:
             pass
@@ -226,7 +205,7 @@ class DataServer(socketserver.ThreadingTCPServer):
         self.limits = limits
         # With TLS, a client certificate signed by the CA is required, and its identity is checked
         # against ``authz`` for the writer role on the journal the hello names (design §9.4).
-        self.tls_context = tls.server_ssl_context() if tls is not None else None
+        self.tls = fanout.TlsServer(tls.ca_file, tls.cert_file, tls.key_file) if tls is not None else None
         self.authz = authz or Authorizer()
         self.tls_refusals = 0
         self.frame_memory = FrameMemory(limits.frame_memory, limits.frame_memory_wait)

@@ -4,7 +4,8 @@ Nodes run as subprocesses by default (``python -m qjm.testing.node``: a node ser
 journalnode`` serves one, with the node-side faults of ``server_faults``), so ``kill`` (SIGKILL)
 and ``pause`` (SIGSTOP) are real; each node keeps its ports across restarts so the journal URI
 stays valid. ``in_process=True`` runs them as threads of this process, faster to start, for tests
-that need neither kill nor pause.
+that need neither kill nor pause. ``tls=`` (a ``qjm.testing.certs.Pki``) serves both planes with
+mutual TLS, node ``i`` presenting ``tls.nodes[i]``; clients connect with ``c.client_tls``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ import tempfile
 import time
 from types import TracebackType
 
+from qjm.security.tls import TlsConfig
 from qjm.server.node import JournalNode
+from qjm.testing.certs import Pki
 from qjm.testing.faults import ServerFaults
 
 READY_TIMEOUT = 120.0  # a node process imports gRPC first: seconds each on a loaded 2-core machine
@@ -89,8 +92,12 @@ class MiniJournalCluster:
         host: str = "127.0.0.1",
         server_faults: dict[int, str] | None = None,
         env: dict[str, str] | None = None,
+        tls: Pki | None = None,
+        client: str = "alice",
     ) -> None:
         self._own_dir = base_dir is None
+        self.tls = tls
+        self.client_tls: TlsConfig | None = tls.clients[client] if tls is not None else None
         self.base_dir = base_dir or tempfile.mkdtemp(prefix="qjm-cluster-")
         self.journal_id = journal_id
         self.in_process = in_process
@@ -179,7 +186,7 @@ class MiniJournalCluster:
             hooks = ServerFaults.parse(n.faults) if n.faults else None
             n.inproc = JournalNode(
                 n.data_dir, host=self.host, rpc_port=n.rpc_port, data_port=n.data_port, hooks=hooks,
-                http_port=n.http_port,
+                http_port=n.http_port, tls=self.tls.nodes[i] if self.tls is not None else None,
             ).start()  # fmt: skip
             return
         cmd = [
@@ -190,6 +197,9 @@ class MiniJournalCluster:
         ]  # fmt: skip
         if n.faults:
             cmd += ["--fault", n.faults]
+        if self.tls is not None:
+            own = self.tls.nodes[i]
+            cmd += ["--tls-ca", own.ca_file, "--tls-cert", own.cert_file, "--tls-key", own.key_file]
         env = dict(os.environ, **(self.env or {}))
         with open(os.path.join(self.base_dir, f"jn{i}.log"), "ab") as log:
             n.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, env=env)
