@@ -559,6 +559,8 @@ def metavar(key: str) -> str:
     convert = NODE_KEYS[key][0] if key in NODE_KEYS else CLIENT_KEYS[key][0]
     names: dict[Converter, str] = {
         _host: "HOST", _advertise_host: "HOST", _advertise: "HOST[:PORT]", _host_port: "HOST:PORT",
-        _port: "PORT", _uri: "URI",
+        _port: "PORT", _uri: "URI", _addresses: "HOST:PORT,...",
     }  # fmt: skip
+    if key in TLS_KEYS:
+        return "FILE"
     return names.get(convert, "DIR" if key.endswith("_dir") else "VALUE")

@@ -5,6 +5,7 @@ messages that keep the node's paths to itself."""
 
 from __future__ import annotations
 
+import os
 import socket
 import ssl
 import subprocess
@@ -32,6 +33,7 @@ from qjm.security.tls import TlsConfig
 from qjm.server.limits import NodeLimits
 from qjm.server.node import JournalNode, fetch_segment
 from qjm.testing.certs import Pki
+from qjm.testing.minicluster import MiniJournalCluster
 from qjm.testing.util import eventually
 
 JID = "orders"
@@ -130,11 +132,16 @@ def test_each_call_needs_its_role_and_a_refusal_changes_nothing(tls_cluster: Clu
     with pytest.raises(QuorumError) as e:
         read(other, bob)
     assert all(isinstance(c, PermissionDeniedError) for c in causes(e.value))
-    metrics = tls_cluster.nodes[0].metrics
-    text = generate_latest(metrics.registry).decode()
-    assert f'qjm_authz_denied_total{{journal="{JID}",role="writer"}} 1.0' in text
-    assert f'qjm_authz_denied_total{{journal="{JID}",role="admin"}} 1.0' in text
-    assert 'qjm_authz_denied_total{journal="other",role="reader"}' in text
+    # Counted where refused: a quorum call stops asking once it has failed, so at least a majority
+    # counted each refusal (the format: at least one node, as format needs every node).
+    denied = [n.metrics.denied() for n in tls_cluster.nodes]
+    assert sum(d.get((JID, "writer"), 0) for d in denied) >= 2
+    assert sum(d.get((JID, "admin"), 0) for d in denied) >= 1
+    assert sum(d.get(("other", "reader"), 0) for d in denied) >= 2
+    assert all(set(d) <= {(JID, "writer"), (JID, "admin"), ("other", "reader")} for d in denied)
+    node, d = next((n, d) for n, d in zip(tls_cluster.nodes, denied, strict=True) if (JID, "writer") in d)
+    text = generate_latest(node.metrics.registry).decode()
+    assert f'qjm_authz_denied_total{{journal="{JID}",role="writer"}} {d[(JID, "writer")]}.0' in text
 
 
 def test_plaintext_foreign_expired_and_unknown_clients_are_refused_while_others_are_served(
@@ -144,17 +151,50 @@ def test_plaintext_foreign_expired_and_unknown_clients_are_refused_while_others_
     format_journal(tls_cluster.uri, pki.clients["ops"])
     write(tls_cluster.uri, alice, b"one")
     short = qjm.QJMConfig().with_timeouts(connect=2.0, get_journal_state=5.0, new_epoch=5.0)
-    for tls in (None, pki.foreign, pki.expired):
+    for tls, hint in ((None, "tls_ca"), (pki.foreign, "not of its CA"), (pki.expired, "expired")):
         cfg = short if tls is None else qjm.QJMConfig(tls=tls, timeouts=short.timeouts)
         with pytest.raises(QuorumError) as e:
             qjm.open_writer(tls_cluster.uri, config=cfg)
-        assert all(isinstance(c, NodeUnavailableError) for c in causes(e.value)), e.value
+        assert all(isinstance(c, NodeUnavailableError) and hint in str(c) for c in causes(e.value)), e.value
     # a certificate the CA signed, for an identity with no grant ("expired" aside: pki.clients)
     with pytest.raises(QuorumError) as e:
         read(tls_cluster.uri, _unknown_client(pki))
     assert all(isinstance(c, PermissionDeniedError) for c in causes(e.value))
     write(tls_cluster.uri, alice, b"two")  # the nodes served the others throughout
     assert read(tls_cluster.uri, pki.clients["bob"]) == [(1, b"one"), (2, b"two")]
+
+
+def test_a_tls_client_against_a_plaintext_node_is_told_so(tmp_path: Path, pki: Pki) -> None:
+    node = JournalNode(str(tmp_path / "plain")).start()
+    try:
+        cfg = qjm.QJMConfig(tls=pki.clients["alice"]).with_timeouts(connect=2.0, get_journal_state=5.0)
+        with pytest.raises(QuorumError) as e:
+            qjm.open_writer(f"qjournal://127.0.0.1:{node.rpc_port}/{JID}", config=cfg)
+        assert all(isinstance(c, NodeUnavailableError) and "serve plaintext" in str(c) for c in causes(e.value))
+        assert not (tmp_path / "plain" / JID).exists()  # nothing reached the node
+    finally:
+        node.stop(0)
+
+
+def test_the_commands_take_tls_flags_and_environment(tls_cluster: Cluster, pki: Pki, tmp_path: Path) -> None:
+    ops = pki.clients["ops"]
+    flags = ["--tls-ca", ops.ca_file, "--tls-cert", ops.cert_file, "--tls-key", ops.key_file]
+
+    def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "qjm", *args], capture_output=True, text=True, timeout=120,
+            env={**os.environ, **(env or {})},
+        )  # fmt: skip
+
+    assert run("format", tls_cluster.uri, *flags).returncode == 0
+    write(tls_cluster.uri, pki.clients["alice"], b"via the API")
+    env = {"QJM_TLS_CA": ops.ca_file, "QJM_TLS_CERT": ops.cert_file, "QJM_TLS_KEY": ops.key_file}
+    st = run("status", tls_cluster.uri, "--json", env=env)
+    assert st.returncode == 0, st.stdout + st.stderr
+    tail = run("tail", tls_cluster.uri, *flags)
+    assert tail.returncode == 0 and tail.stdout.split("\t") == ["1", "via the API\n"], tail.stderr
+    bad = run("status", tls_cluster.uri, "--tls-ca", ops.ca_file)  # a CA alone: refused, one line
+    assert bad.returncode == 3 and "missing: certificate, key" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def _unknown_client(pki: Pki) -> TlsConfig:
@@ -295,3 +335,22 @@ def test_an_epoch_far_above_the_promise_and_an_absurd_serial_are_refused(tmp_pat
         eventually(lambda: qjm.open_writer(uri).close() is None, what="a later writer takes over")
     finally:
         node.stop(0)
+
+
+def test_recovery_downloads_between_nodes_over_mutual_tls(tmp_path: Path, pki: Pki) -> None:
+    """Node processes with TLS: a node that missed a segment gets it in recovery, downloading it from
+    another node with its own certificate (accept_recovery's download, design §9.1)."""
+    alice = pki.clients["alice"]
+    with MiniJournalCluster(3, str(tmp_path / "cluster"), journal_id=JID, pki=pki) as c:
+        write(c.uri, alice, b"one", create=True)
+        c.stop(2)
+        w = qjm.open_writer(c.uri, tls=alice)  # segment 2 on nodes 0 and 1 only
+        w.append(b"two")
+        w.append(b"three")
+        w.sync()
+        w.abort()  # left in progress
+        c.start(2)
+        c.kill(0)
+        write(c.uri, alice, b"four")  # recovery on nodes 1 and 2: node 2 downloads segment 2 from node 1
+        assert (Path(c.journal_dir(2)) / "edits_0000000000000000002-0000000000000000003").exists()
+        assert read(c.uri, alice) == [(1, b"one"), (2, b"two"), (3, b"three"), (4, b"four")]

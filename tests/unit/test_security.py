@@ -15,6 +15,7 @@ from qjm.security.authz import ADMIN, READER, WRITER, Authorizer, authorizer_fro
 from qjm.security.certs import identity_of_pem
 from qjm.security.tls import TlsConfig, tls_config
 from qjm.settings import gather, node_settings
+from qjm.spark.options import ReadOptions, WriteOptions
 from qjm.testing.certs import Pki
 
 
@@ -113,3 +114,25 @@ def test_node_settings_read_tls_insecure_and_authz(pki: Pki, tmp_path) -> None: 
         gather("journalnode", config_path=str(conf), env={})
     with pytest.raises(ConfigError, match="QJM_TLS_CA"):
         node_settings(gather("journalnode", env={"QJM_DATA_DIR": str(tmp_path), "QJM_TLS_CA": n.ca_file}))
+
+
+def test_spark_options_take_the_tls_paths() -> None:
+    opts = {"uri": "qjournal://a:1/j", "tlsCa": "/p/ca.pem", "tlsCert": "/p/app.pem", "tlsKey": "/p/app.key"}
+    tls = TlsConfig("/p/ca.pem", "/p/app.pem", "/p/app.key")
+    assert ReadOptions.parse(opts).config.tls == tls and WriteOptions.parse(opts).config.tls == tls
+    assert ReadOptions.parse({"uri": "qjournal://a:1/j"}).config.tls is None
+    with pytest.raises(ConfigError, match="missing: certificate, key"):
+        WriteOptions.parse({"uri": "qjournal://a:1/j", "tlsCa": "/p/ca.pem"})
+
+
+def test_peers_and_insecure_from_files_environment_and_flags(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    conf = tmp_path / "jn.toml"
+    conf.write_text(f'[journalnode]\ndata_dir = "{tmp_path}"\npeers = ["jn1:8485", "[::1]:8485"]\n')
+    assert node_settings(gather("journalnode", config_path=str(conf), env={})).peers == ("jn1:8485", "[::1]:8485")
+    env = {"QJM_DATA_DIR": str(tmp_path), "QJM_PEERS": "a:1, b:2", "QJM_INSECURE": "1"}
+    st = node_settings(gather("journalnode", env=env))
+    assert st.peers == ("a:1", "b:2") and st.insecure
+    with pytest.raises(ConfigError, match="QJM_INSECURE"):
+        gather("journalnode", env={"QJM_INSECURE": "maybe"})
+    with pytest.raises(ConfigError, match="QJM_PEERS"):
+        gather("journalnode", env={"QJM_PEERS": "a:1,b:x"})

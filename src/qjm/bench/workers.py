@@ -31,8 +31,9 @@ def worker_qjm(base: str, cfg: dict[str, float], tls: bool = False) -> dict[str,
     """One writer (this process) and three JournalNode subprocesses that inherit this environment."""
     out: dict[str, Any] = {}
     pki = make_pki(os.path.join(base, "pki")) if tls else None
-    with MiniJournalCluster(3, base, tls=pki) as c:
-        w = open_writer(c.uri, create=True, tls=c.client_tls)
+    client = pki.clients["alice"] if pki is not None else None
+    with MiniJournalCluster(3, base, pki=pki) as c:
+        w = open_writer(c.uri, create=True, tls=client)
         rec = os.urandom(LATENCY_RECORD)
         for _ in range(min(200, int(cfg["rounds"]))):  # warm-up
             w.append(rec)
@@ -69,7 +70,7 @@ def worker_qjm(base: str, cfg: dict[str, float], tls: bool = False) -> dict[str,
                 w.append(rec)
             w.sync()  # the old writer holds an open segment with committed records
             t = time.perf_counter()
-            w2 = open_writer(c.uri, tls=c.client_tls)
+            w2 = open_writer(c.uri, tls=client)
             w2.append(rec)
             w2.sync()
             fo.append(time.perf_counter() - t)

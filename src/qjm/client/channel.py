@@ -58,8 +58,9 @@ T = TypeVar("T")
 _CHANNEL_OPTIONS = tuple(CLIENT_GRPC_OPTIONS)
 
 
-def error_from_rpc(node: str, e: grpc.RpcError) -> QJMError:
-    """Rebuild the node's typed error from the status and trailing metadata it sent."""
+def error_from_rpc(node: str, e: grpc.RpcError, *, tls: bool | None = None) -> QJMError:
+    """Rebuild the node's typed error from the status and trailing metadata it sent. ``tls`` (did
+    this client dial with TLS) adds a hint to a connection the node closed or a failed handshake."""
     code = rpc_code(e)
     trailing = getattr(e, "trailing_metadata", None)
     md = dict(trailing() or ()) if callable(trailing) else {}
@@ -69,8 +70,28 @@ def error_from_rpc(node: str, e: grpc.RpcError) -> QJMError:
     if isinstance(qcode, str):
         return errors.from_code(qcode, f"{node}: {details}")
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
-        return NodeUnavailableError(f"{node}: {details}")
+        return NodeUnavailableError(f"{node}: {details}{tls_hint(details, tls)}")
+    if tls and "handshake failed" in details.lower():
+        return NodeUnavailableError(f"{node}: {details}{tls_hint(details, tls)}")
     return QJMError(f"{node}: {code}: {details}")
+
+
+def tls_hint(details: str, tls: bool | None) -> str:
+    """Why a node may have closed the connection at once, when that is what gRPC reports: the
+    node never says why (a refused handshake tells the peer nothing it could misuse)."""
+    if tls is None:
+        return ""
+    text = details.lower()
+    if "handshake failed" in text and tls:
+        return (
+            " (TLS handshake failed: the node may serve plaintext, or its certificate is not of this "
+            "client's CA or does not name the host dialled)"
+        )
+    if "socket closed" in text:
+        if tls:
+            return " (if the node is up, it refused this client's certificate: not of its CA, or expired)"
+        return " (if the node is up, it may require mutual TLS: give tls_ca, tls_cert and tls_key)"
+    return ""
 
 
 def _close_unused_link(fut: Future[DataLink]) -> None:
@@ -185,7 +206,7 @@ class RemoteLogger(NodeStateView[Ticket]):
             try:
                 result = fn()
             except grpc.RpcError as e:
-                err = error_from_rpc(self._name, e)
+                err = error_from_rpc(self._name, e, tls=self.config.tls is not None)
                 log.info("%s: %s failed: %s: %s", self._name, op, type(err).__name__, err)
                 raise err from None
             except QJMError as e:
@@ -440,7 +461,7 @@ class RemoteLogger(NodeStateView[Ticket]):
                     return
                 yield chunk.data
         except grpc.RpcError as e:
-            raise error_from_rpc(self._name, e) from None
+            raise error_from_rpc(self._name, e, tls=self.config.tls is not None) from None
         raise NodeUnavailableError(f"{self._name}: download of segment {segment} ended early")
 
     def status(self) -> Future[dict[str, object]]:

@@ -14,7 +14,9 @@ max_data_connections       256          a new data-plane connection is refused a
 max_frame_bytes            64 MiB+hdr   a frame declaring more is refused before any of it is read
 frame_memory               256 MiB      bytes all connections may hold for unfinished frames; past
                                         it a connection waits ``frame_memory_wait`` then is refused
-hello_timeout              10 s         a connection that has not named its journal is closed
+hello_timeout              10 s         a connection that has not named its journal is closed; a
+                                        control-plane connection that has not finished its (TLS)
+                                        handshake is closed
 idle_timeout               0 (off)      a connection that sends nothing for this long is closed (its
                                         writer's node is out of sync until the next segment, so it is
                                         off by default: keepalive and max_data_connections bound idle

@@ -14,6 +14,7 @@ from typing import Any
 
 from qjm.config import QJMConfig, Timeouts, config_from, parse_uri
 from qjm.errors import ConfigError
+from qjm.security.tls import tls_config
 
 # Options Spark itself may add (``load(path)``, a streaming sink's checkpoint and query name): not ours.
 _SPARK_KEYS = frozenset({"path", "checkpointlocation", "queryname"})
@@ -33,6 +34,10 @@ _READ_KEYS = frozenset(
     }
 )
 _WRITE_KEYS = frozenset({"uri", "create", "serializer", "segmentrecords", "reportpath", "markers"})
+# tlsCa, tlsCert, tlsKey: mutual TLS to the nodes (all three or none), on the driver and executors.
+_TLS_KEYS = ("tlsca", "tlscert", "tlskey")
+_READ_KEYS |= frozenset(_TLS_KEYS)
+_WRITE_KEYS |= frozenset(_TLS_KEYS)
 _TEST_KEYS = frozenset({"failafterrecords", "failbatch", "failoncefile", "failincommit"})
 SERIALIZERS = ("none", "json")
 
@@ -102,7 +107,7 @@ def _client_config(opts: Mapping[str, str]) -> QJMConfig:
         name = key[len(CLIENT_PREFIX) :]
         if name.endswith("_timeout") and name[: -len("_timeout")] in Timeouts.__dataclass_fields__:
             kind: type = float
-        elif name in fields and name != "timeouts":
+        elif name in fields and name not in ("timeouts", "tls"):
             kind = type(getattr(QJMConfig(), name))
         else:
             raise ConfigError(f"unknown client option {key!r} (qjm.<QJMConfig field> or qjm.<timeout>_timeout)")
@@ -111,9 +116,11 @@ def _client_config(opts: Mapping[str, str]) -> QJMConfig:
         except ValueError:
             raise ConfigError(f"option {key!r} must be a {kind.__name__}, got {raw!r}") from None
     try:
-        return config_from(typed)
+        config = config_from(typed)
     except ConfigError as e:
         raise ConfigError(f"client options: {e}") from None
+    tls = tls_config(*(opts.get(k) for k in _TLS_KEYS), where="options tlsCa, tlsCert, tlsKey")
+    return dataclasses.replace(config, tls=tls)
 
 
 def _check_known(opts: Mapping[str, str], known: frozenset[str], what: str) -> None:

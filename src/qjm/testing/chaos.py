@@ -18,6 +18,7 @@ get_journal_state, so proxying it needs the node to advertise the proxy (a serve
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import os
 import random
@@ -31,6 +32,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TextIO
+
+from qjm.security.tls import TlsConfig, tls_config
+from qjm.testing.certs import make_pki
 
 if TYPE_CHECKING:
     from qjm.config import QJMConfig
@@ -52,10 +56,10 @@ WRITER_OPTIONS: dict[str, object] = {
 }
 
 
-def _writer_config() -> QJMConfig:
+def _writer_config(tls: TlsConfig | None = None) -> QJMConfig:
     from qjm.config import config_from
 
-    return config_from(WRITER_OPTIONS)
+    return dataclasses.replace(config_from(WRITER_OPTIONS), tls=tls)
 
 
 def parse_duration(text: str) -> float:
@@ -73,6 +77,7 @@ class ChaosConfig:
     seed: int | None = None
     proxy: bool = True
     base_dir: str | None = None
+    tls: bool = False  # nodes and writers with mutual TLS (certificates made in base_dir/pki)
     mean_gap: float = 0.7  # seconds between chaos actions, on average
 
 
@@ -122,7 +127,10 @@ def writer_main(argv: Sequence[str]) -> int:
     p.add_argument("--uri", required=True)
     p.add_argument("--log", required=True)
     p.add_argument("--seed", type=int, default=0)
+    for flag in ("--tls-ca", "--tls-cert", "--tls-key"):
+        p.add_argument(flag, default=None)
     a = p.parse_args(argv)
+    tls = tls_config(a.tls_ca, a.tls_cert, a.tls_key)
     rng = random.Random(a.seed)
     fd = os.open(a.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     pid = os.getpid()
@@ -134,7 +142,7 @@ def writer_main(argv: Sequence[str]) -> int:
     while True:
         w = None
         try:
-            w = open_writer(a.uri, config=_writer_config())
+            w = open_writer(a.uri, config=_writer_config(tls))
             log(f"O\t{w.epoch}\t{w.last_txid}")
             end = time.monotonic() + rng.uniform(0.3, 3.0)
             while time.monotonic() < end:
@@ -169,8 +177,9 @@ def writer_main(argv: Sequence[str]) -> int:
 
 
 class _Writers:
-    def __init__(self, uri: str, log_dir: str, count: int, rng: random.Random) -> None:
+    def __init__(self, uri: str, log_dir: str, count: int, rng: random.Random, tls: TlsConfig | None = None) -> None:
         self.uri = uri
+        self.tls = tls
         self.log_dir = log_dir
         self.rng = rng
         self.procs: list[subprocess.Popen[bytes] | None] = [None] * count
@@ -183,6 +192,8 @@ class _Writers:
         log = os.path.join(self.log_dir, f"writer-{self.spawned}.log")
         cmd = [sys.executable, "-m", "qjm.testing.chaos", "writer", "--uri", self.uri, "--log", log,
                "--seed", str(self.rng.randrange(1 << 30))]  # fmt: skip
+        if self.tls is not None:
+            cmd += ["--tls-ca", self.tls.ca_file, "--tls-cert", self.tls.cert_file, "--tls-key", self.tls.key_file]
         with open(os.path.join(self.log_dir, f"writer-{self.spawned}.err"), "ab") as err:
             self.procs[i] = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
 
@@ -220,7 +231,9 @@ def run_chaos(cfg: ChaosConfig, out: TextIO = sys.stderr) -> ChaosReport:
     rep = ChaosReport(base_dir=base, seed=seed)
     c = rep.counts
     t0 = time.monotonic()
-    cluster = MiniJournalCluster(cfg.nodes, os.path.join(base, "cluster"), journal_id=JOURNAL_ID)
+    pki = make_pki(os.path.join(base, "pki"), nodes=cfg.nodes) if cfg.tls else None
+    tls = pki.clients["alice"] if pki is not None else None
+    cluster = MiniJournalCluster(cfg.nodes, os.path.join(base, "cluster"), journal_id=JOURNAL_ID, pki=pki)
     proxies: list[TcpProxy] = []
     writers: _Writers | None = None
     try:
@@ -229,9 +242,9 @@ def run_chaos(cfg: ChaosConfig, out: TextIO = sys.stderr) -> ChaosReport:
             uri = "qjournal://" + ";".join(p.address for p in proxies) + "/" + JOURNAL_ID
         else:
             uri = cluster.uri
-        with QuorumJournalManager(cluster.uri) as m:
+        with QuorumJournalManager(cluster.uri, config=_writer_config(tls)) as m:
             m.format()
-        writers = _Writers(uri, log_dir, cfg.writers, rng)
+        writers = _Writers(uri, log_dir, cfg.writers, rng, tls)
         for i in range(cfg.writers):
             writers.start(i)
         print(f"chaos: {cfg.nodes} nodes, {cfg.writers} writers, seed {seed}, {cfg.duration:.0f}s, data in {base}",
@@ -426,9 +439,10 @@ def verify(cluster: object, log_dir: str, rep: ChaosReport) -> None:
             )
     c["acked"] = len(claims)
     c["acked_claims"] = sum(len(cl) for cl in claims.values())
-    w = open_writer(cluster.uri, config=_writer_config())
+    tls = cluster.pki.clients["alice"] if cluster.pki is not None else None
+    w = open_writer(cluster.uri, config=_writer_config(tls))
     w.close()
-    final = dict(read_all(cluster.uri))
+    final = dict(read_all(cluster.uri, tls=tls))
     c["final_txids"] = len(final)
     if final and sorted(final) != list(range(1, len(final) + 1)):
         rep.problems.append(f"the final log is not contiguous from txid 1 ({len(final)} txids)")

@@ -94,7 +94,7 @@ def _chaos(a: argparse.Namespace) -> int:
     """Writer processes and JournalNodes killed and paused at random; verify every acknowledged txid."""
     cfg = ChaosConfig(
         duration=parse_duration(a.duration), writers=a.writers, nodes=a.nodes, seed=a.seed, proxy=not a.no_proxy,
-        base_dir=a.dir,
+        base_dir=a.dir, tls=a.tls,
     )  # fmt: skip
     rep = run_chaos(cfg, out=sys.stderr)
     print(rep.summary())
@@ -146,4 +146,5 @@ def register(add: AddCommand) -> None:
     s.add_argument("--seed", type=int, default=None, help="seed of the fault schedule (default: random)")
     s.add_argument("--dir", default=None, help="keep the cluster and logs here")
     s.add_argument("--no-proxy", action="store_true", help="no TCP proxy in front of the nodes")
+    s.add_argument("--tls", action="store_true", help="nodes and writers with mutual TLS (test certificates)")
     s.set_defaults(fn=_chaos)

@@ -4,8 +4,7 @@ Nodes run as subprocesses by default (``python -m qjm.testing.node``: a node ser
 journalnode`` serves one, with the node-side faults of ``server_faults``), so ``kill`` (SIGKILL)
 and ``pause`` (SIGSTOP) are real; each node keeps its ports across restarts so the journal URI
 stays valid. ``in_process=True`` runs them as threads of this process, faster to start, for tests
-that need neither kill nor pause. ``tls=`` (a ``qjm.testing.certs.Pki``) serves both planes with
-mutual TLS, node ``i`` presenting ``tls.nodes[i]``; clients connect with ``c.client_tls``.
+that need neither kill nor pause.
 """
 
 from __future__ import annotations
@@ -23,7 +22,6 @@ import tempfile
 import time
 from types import TracebackType
 
-from qjm.security.tls import TlsConfig
 from qjm.server.node import JournalNode
 from qjm.testing.certs import Pki
 from qjm.testing.faults import ServerFaults
@@ -92,17 +90,17 @@ class MiniJournalCluster:
         host: str = "127.0.0.1",
         server_faults: dict[int, str] | None = None,
         env: dict[str, str] | None = None,
-        tls: Pki | None = None,
-        client: str = "alice",
+        pki: Pki | None = None,
     ) -> None:
+        """``pki``: node ``i`` serves mutual TLS with ``pki.nodes[i]`` (no ``[authz]`` table: every
+        certificate of the CA may do everything); clients then need ``tls=`` (``client_tls``)."""
         self._own_dir = base_dir is None
-        self.tls = tls
-        self.client_tls: TlsConfig | None = tls.clients[client] if tls is not None else None
         self.base_dir = base_dir or tempfile.mkdtemp(prefix="qjm-cluster-")
         self.journal_id = journal_id
         self.in_process = in_process
         self.host = host
         self.env = env
+        self.pki = pki
         faults = server_faults or {}
         self.nodes = [
             _Node(
@@ -186,7 +184,7 @@ class MiniJournalCluster:
             hooks = ServerFaults.parse(n.faults) if n.faults else None
             n.inproc = JournalNode(
                 n.data_dir, host=self.host, rpc_port=n.rpc_port, data_port=n.data_port, hooks=hooks,
-                http_port=n.http_port, tls=self.tls.nodes[i] if self.tls is not None else None,
+                http_port=n.http_port, tls=self.pki.nodes[i] if self.pki is not None else None,
             ).start()  # fmt: skip
             return
         cmd = [
@@ -197,9 +195,9 @@ class MiniJournalCluster:
         ]  # fmt: skip
         if n.faults:
             cmd += ["--fault", n.faults]
-        if self.tls is not None:
-            own = self.tls.nodes[i]
-            cmd += ["--tls-ca", own.ca_file, "--tls-cert", own.cert_file, "--tls-key", own.key_file]
+        if self.pki is not None:
+            tls = self.pki.nodes[i]
+            cmd += ["--tls-ca", tls.ca_file, "--tls-cert", tls.cert_file, "--tls-key", tls.key_file]
         env = dict(os.environ, **(self.env or {}))
         with open(os.path.join(self.base_dir, f"jn{i}.log"), "ab") as log:
             n.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, env=env)

@@ -22,6 +22,7 @@ from qjm.client.manager import QuorumJournalManager
 from qjm.config import QJMConfig
 from qjm.errors import CorruptFrameError
 from qjm.protocol.frame import SEGMENT_HEADER_SIZE
+from qjm.security.tls import TlsConfig
 from qjm.server.durable_long import read_long_file
 from qjm.testing.faults import FaultPlan
 
@@ -163,11 +164,13 @@ def segment_frames(path: str) -> bytes:
     return data[SEGMENT_HEADER_SIZE : res.valid_end]
 
 
-def read_all(uri: str, from_txid: int = 1, *, include_in_progress: bool = False) -> list[tuple[int, bytes]]:
+def read_all(
+    uri: str, from_txid: int = 1, *, include_in_progress: bool = False, tls: TlsConfig | None = None
+) -> list[tuple[int, bytes]]:
     """Every committed record a fresh reader returns, its connections released afterwards."""
     from qjm.client.reader import open_reader
 
-    r = open_reader(uri, from_txid, include_in_progress=include_in_progress)
+    r = open_reader(uri, from_txid, include_in_progress=include_in_progress, tls=tls)
     try:
         return list(r)
     finally:
