@@ -29,7 +29,7 @@ from setuptools import Extension, setup
 NATIVE_MODULES: list[tuple[str, list[str]]] = [
     ("framing_c", ["libxxhash"]),
     ("segment_io_c", []),
-    ("fanout_c", []),
+    ("fanout_c", ["openssl"]),  # libssl: the data plane's TLS runs inside its epoll loop
 ]
 # Libraries a module links only when present, each with the define that tells the module it has
 # them: without liburing, segment_io_c builds its pwrite + fdatasync path alone (recipes §2).
@@ -55,13 +55,16 @@ int main(void) { return XXH3_64bits("", 0) == 0; }
     "xxh3_dispatch": r"""#include <xxh_x86dispatch.h>
 int main(void) { return XXH3_64bits_dispatch("", 0) == 0; }
 """,
+    "openssl": r"""#include <openssl/ssl.h>
+int main(void) { SSL_CTX *c = SSL_CTX_new(TLS_client_method()); SSL_CTX_free(c); return c == 0; }
+""",
     "liburing": r"""#include <liburing.h>
 int main(void) { struct io_uring r; if (io_uring_queue_init(2, &r, 0) == 0) io_uring_queue_exit(&r);
  (void)IORING_FSYNC_DATASYNC; (void)IOSQE_IO_LINK; return 0; }
 """,
 }
-APT_PACKAGE = {"libxxhash": "libxxhash-dev", "liburing": "liburing-dev"}
-FALLBACK_LIBS = {"libxxhash": ["xxhash"], "liburing": ["uring"]}
+APT_PACKAGE = {"libxxhash": "libxxhash-dev", "liburing": "liburing-dev", "openssl": "libssl-dev"}
+FALLBACK_LIBS = {"libxxhash": ["xxhash"], "liburing": ["uring"], "openssl": ["ssl", "crypto"]}
 # Optional features probed against a package already required: (define, probe, package).
 OPTIONAL_FEATURES = [("QJM_XXH_DISPATCH", "xxh3_dispatch", "libxxhash")]
 

@@ -11,10 +11,10 @@ case "$what" in
   *) echo "usage: $0 [build|test]" >&2; exit 2 ;;
 esac
 
-# --- build: a C compiler and pkg-config, the liburing and libxxhash headers the Cython extensions
-# link, and for Debian's own python3 its headers and venv module (the Makefile installs into a
+# --- build: a C compiler and pkg-config, the liburing, libxxhash and libssl headers the Cython
+# extensions link, and for Debian's own python3 its headers and venv module (the Makefile installs into a
 # virtualenv in the checkout: Debian's system pip refuses installs, PEP 668).
-build_pkgs=(liburing-dev libxxhash-dev pkg-config gcc g++ make python3-dev python3-venv)
+build_pkgs=(liburing-dev libxxhash-dev libssl-dev pkg-config gcc g++ make python3-dev python3-venv)
 
 # --- test: a JRE for the Spark tests; iproute2 for the tests that put nodes in network namespaces;
 # the peers `qjm bench --peers` compares against (bench/peers/): zookeeper (3.8, the server jars

@@ -169,6 +169,13 @@ class NodeUnavailableError(QJMError):
     code = "UNAVAILABLE"
 
 
+class TlsError(NodeUnavailableError):
+    """The TLS session with a peer could not be set up or broke: a certificate the other end does
+    not trust (another CA, expired, the wrong name), a peer that does not speak TLS, or an alert."""
+
+    code = "TLS"
+
+
 class WriterCrashedError(QJMError):
     """A test fault declared this writer dead: it sends nothing more."""
 

@@ -236,3 +236,26 @@ def test_the_table_gives_each_figure_with_its_spread_and_says_when_tail_stalenes
     text = report.table(result)
     assert "qjm native: p50 1.50 ms (goal <= 1: MISSED), p99 4.25 ms (goal <= 5: met)" in text
     assert "Reader.batches() reads 6.0x the records/s of per-record iteration (goal >= 5x: met)" in text
+
+
+def test_the_tls_goals_compare_native_with_and_without_tls() -> None:
+    """Latency is met at or under 1.15x plaintext, throughput at or over 0.8x, each record size on its own."""
+    raw = {
+        "latency": [[0.001]],
+        "failover": [],
+        "failover_same_process": [0.05],
+        "tput100": [1e6],
+        "tput1024": [1e5],
+        "tput100_cpu": {"cpu_user_ns": 100.0, "cpu_kernel_ns": 200.0},
+        "tput1024_cpu": {"cpu_user_ns": 1000.0, "cpu_kernel_ns": 2000.0},
+    }
+    plain = report.summarise(raw)
+    tls = report.summarise(dict(raw, latency=[[0.00115]], tput100=[0.8e6], tput1024=[0.79e5]))
+    verdicts = report.tls_goals({"native": plain, "native_tls": tls})
+    assert verdicts["sync_p50_us"]["met"] and verdicts["tput100_rps"]["met"]
+    assert not verdicts["tput1024_rps"]["met"]
+    slower = report.tls_goals({"native": plain, "native_tls": dict(tls, sync_p50_us=plain["sync_p50_us"] * 1.2)})
+    assert not slower["sync_p50_us"]["met"]
+    table = report.tls_table({"summary": {"native": plain, "native_tls": tls}})
+    assert "| 300 | 300 | 1.00x |" in table  # CPU per 100 B record, user + kernel
+    assert table.count(": missed") == 1 and table.count(": met") == 2

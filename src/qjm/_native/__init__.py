@@ -44,6 +44,8 @@ PUBLIC_API: dict[str, tuple[str, ...]] = {
     "fanout": (
         "Fanout",
         "Receiver",
+        "TlsClient",
+        "TlsServer",
         "ACK_SIZE",
         "MAX_WINDOW_COUNT",
         "wire_layout",

@@ -97,6 +97,86 @@ cdef extern from "<pthread.h>" nogil:
     int pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m, const void *abstime)
 
 
+# TLS inside the native loop (OpenSSL's libssl): each link's SSL object reads and writes through
+# two memory BIOs, so the epoll loop keeps moving bytes with plain send/recv (design §9.4).
+cdef extern from "<openssl/ssl.h>" nogil:
+    ctypedef struct SSL_CTX:
+        pass
+    ctypedef struct SSL:
+        pass
+    ctypedef struct SSL_METHOD:
+        pass
+    ctypedef struct BIO:
+        pass
+    ctypedef struct BIO_METHOD:
+        pass
+    ctypedef struct X509_VERIFY_PARAM:
+        pass
+    ctypedef struct X509:
+        pass
+    const SSL_METHOD *TLS_client_method()
+    const SSL_METHOD *TLS_server_method()
+    unsigned long long SSL_CTX_set_options(SSL_CTX *ctx, unsigned long long op)
+    int SSL_CTX_set_num_tickets(SSL_CTX *ctx, size_t n)
+    int SSL_CTX_set_ciphersuites(SSL_CTX *ctx, const char *suites)
+    void SSL_set_accept_state(SSL *ssl)
+    X509 *SSL_get1_peer_certificate(const SSL *ssl)
+    void X509_free(X509 *x)
+    int i2d_X509(X509 *x, unsigned char **out)
+    unsigned long long SSL_OP_IGNORE_UNEXPECTED_EOF
+    SSL_CTX *SSL_CTX_new(const SSL_METHOD *method)
+    void SSL_CTX_free(SSL_CTX *ctx)
+    int SSL_CTX_use_certificate_chain_file(SSL_CTX *ctx, const char *path)
+    int SSL_CTX_use_PrivateKey_file(SSL_CTX *ctx, const char *path, int kind)
+    int SSL_CTX_check_private_key(const SSL_CTX *ctx)
+    int SSL_CTX_load_verify_locations(SSL_CTX *ctx, const char *cafile, const char *capath)
+    void SSL_CTX_set_verify(SSL_CTX *ctx, int mode, void *callback)
+    long SSL_CTX_set_min_proto_version(SSL_CTX *ctx, int version)
+    SSL *SSL_new(SSL_CTX *ctx)
+    void SSL_free(SSL *ssl)
+    void SSL_set_bio(SSL *ssl, BIO *rbio, BIO *wbio)
+    BIO *SSL_get_rbio(const SSL *ssl)
+    BIO *SSL_get_wbio(const SSL *ssl)
+    void SSL_set_connect_state(SSL *ssl)
+    int SSL_do_handshake(SSL *ssl)
+    int SSL_get_error(const SSL *ssl, int ret)
+    int SSL_read(SSL *ssl, void *buf, int n)
+    int SSL_write(SSL *ssl, const void *buf, int n)
+    int SSL_set1_host(SSL *ssl, const char *host)
+    long SSL_set_tlsext_host_name(SSL *ssl, const char *host)
+    X509_VERIFY_PARAM *SSL_get0_param(SSL *ssl)
+    long SSL_get_verify_result(const SSL *ssl)
+    int SSL_FILETYPE_PEM, SSL_VERIFY_PEER, SSL_VERIFY_FAIL_IF_NO_PEER_CERT, TLS1_3_VERSION
+    int SSL_ERROR_WANT_READ, SSL_ERROR_WANT_WRITE, SSL_ERROR_ZERO_RETURN
+
+cdef extern from "<openssl/bio.h>" nogil:
+    const BIO_METHOD *BIO_s_mem()
+    BIO *BIO_new(const BIO_METHOD *method)
+    int BIO_free(BIO *b)
+    int BIO_write(BIO *b, const void *buf, int n)
+    int BIO_read(BIO *b, void *buf, int n)
+    size_t BIO_ctrl_pending(BIO *b)
+    long BIO_get_mem_data(BIO *b, char **pp)
+
+cdef extern from "<openssl/x509_vfy.h>" nogil:
+    int X509_V_OK
+    int X509_VERIFY_PARAM_set1_ip_asc(X509_VERIFY_PARAM *param, const char *ip)
+    const char *X509_verify_cert_error_string(long n)
+
+cdef extern from "<openssl/err.h>" nogil:
+    unsigned long ERR_get_error()
+    void ERR_clear_error()
+    void ERR_error_string_n(unsigned long e, char *buf, size_t n)
+
+cdef extern from "<poll.h>" nogil:
+    struct pollfd:
+        int fd
+        short events
+        short revents
+    int poll(pollfd *fds, unsigned long nfds, int timeout)
+    short POLLIN, POLLOUT
+
+
 ctypedef struct qent:               # one buffer queued for sending; owns a reference to obj
     PyObject *obj
     const char *p
@@ -133,6 +213,11 @@ ctypedef struct link_t:
     Py_ssize_t fail_len
     bint fail_reported
     bint quiet                      # acks wake wait_news() waiters only; failures are still reported
+    SSL *ssl                        # NULL: plaintext; else the TLS session, which owns the two BIOs
+    BIO *rbio                       # ciphertext received, for SSL_read
+    BIO *wbio                       # ciphertext SSL_write produced, moved at once to cbuf
+    unsigned char *cbuf             # ciphertext waiting to be sent: [chead, clen)
+    Py_ssize_t chead, clen, ccap
 
 
 cdef class Fanout:
@@ -155,8 +240,19 @@ cdef class Fanout:
     cdef int _report(self, int s, object callback) except -1
 
 
+cdef class TlsClient:
+    cdef SSL_CTX *_ctx
+
+    cdef SSL *_session(self, int fd, str server_name, double timeout) except NULL
+
+
+cdef class TlsServer:
+    cdef SSL_CTX *_ctx
+
+
 cdef class Receiver:
     cdef object _sock
+    cdef SSL *_ssl                  # NULL: plaintext; else the session on the socket (after handshake())
     cdef int _fd
     cdef unsigned char *_buf
     cdef Py_ssize_t _len
@@ -168,3 +264,5 @@ cdef class Receiver:
     cdef int _fill(self, Py_ssize_t need) except -1
     cdef void _consume(self, Py_ssize_t n) noexcept
     cdef int _shrink(self) except -1
+    cdef int _write(self, const char *p, Py_ssize_t n) except -1
+    cdef int _fill_tls(self) except -1

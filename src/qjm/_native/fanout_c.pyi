@@ -1,5 +1,6 @@
 """Stub of the compiled data plane; same API as ``fanout_py`` (checked by mypy.stubtest)."""
 
+import os
 import socket
 from collections.abc import Callable, Iterable
 from typing import Final
@@ -8,6 +9,26 @@ from typing_extensions import disjoint_base
 
 ACK_SIZE: Final[int]
 MAX_WINDOW_COUNT: Final[int]
+
+@disjoint_base
+class TlsClient:
+    """A writer's side of data-plane TLS: its certificate chain and key (PEM files) and the CA
+    certificates it trusts; TLS 1.3 (as ``qjm.security.tls``), the node's certificate always verified."""
+
+    def __init__(
+        self, ca_file: str | os.PathLike[str], cert_file: str | os.PathLike[str], key_file: str | os.PathLike[str]
+    ) -> None:
+        """A file that cannot be loaded, or a key that does not match the certificate, raises ConfigError."""
+
+@disjoint_base
+class TlsServer:
+    """A node's side of data-plane TLS: its certificate chain and key (PEM files) and the CA whose
+    certificates it accepts; TLS 1.3, a client certificate signed by that CA required."""
+
+    def __init__(
+        self, ca_file: str | os.PathLike[str], cert_file: str | os.PathLike[str], key_file: str | os.PathLike[str]
+    ) -> None:
+        """A file that cannot be loaded, or a key that does not match the certificate, raises ConfigError."""
 
 @disjoint_base
 class Fanout:
@@ -20,11 +41,17 @@ class Fanout:
         max_count: int = 1048576,
         max_bytes: int = 4611686018427387904,
         report_acks: bool = True,
+        tls: TlsClient | None = None,
+        server_name: str = "",
+        timeout: float = 30.0,
     ) -> int:
         """Register a connected socket (made non-blocking); returns the link id.
 
         With ``report_acks=False`` the link is quiet: ``run``'s callback hears only of its failure,
-        and its acks just wake ``wait_news`` (read them with ``acked``).
+        and its acks just wake ``wait_news`` (read them with ``acked``). With ``tls`` the link is
+        encrypted: the TLS handshake runs here first (at most ``timeout`` seconds), the node's
+        certificate checked against ``tls``'s CA and ``server_name`` (a host name or an IP
+        address); a refusal raises TlsError, a timeout or a hang-up OSError.
         """
 
     def send(self, link: int, frame: bytes, last_txid: int = 0, prefix: bytes | None = None) -> int:
@@ -65,7 +92,8 @@ class Fanout:
 
         ``code`` is ``""`` (acked advanced), ``"reply"`` (the node sent an ERROR or something
         unparseable: ``detail`` holds those bytes), ``"eof"``, ``"oserror"`` (``detail`` = errno) or
-        ``"window"`` (a send found the in-flight window full).
+        ``"window"`` (a send found the in-flight window full), ``"tls"`` (the link's TLS session
+        failed: ``detail`` is the reason, as text).
         """
 
     def stop(self) -> None:
@@ -87,6 +115,17 @@ class Receiver:
         ``take(n)`` (may raise ResourceExhaustedError) and ``give(n)`` (``qjm.server.frame_memory``);
         the buffer grows past its base (one receive chunk) only with bytes taken from it, and gives
         them back once the large frame is consumed or on ``close``."""
+
+    def handshake(self, tls: TlsServer, timeout: float) -> None:
+        """Run the node's side of the TLS handshake first, within ``timeout`` seconds in all; the
+        connection is then read and answered through the session. A peer the session refuses (no
+        certificate, another CA, expired, not TLS) raises TlsError; a timeout or a hang-up OSError."""
+
+    def peer_certificate(self) -> bytes | None:
+        """The peer's verified certificate (DER) after ``handshake``; None on a plaintext connection."""
+
+    def send(self, data: bytes) -> None:
+        """Send ``data`` whole to the peer (an ERROR message), through the session if any."""
 
     def close(self) -> None:
         """Give back the memory held past the base buffer; the receiver cannot be used after."""

@@ -3,23 +3,29 @@
 ``Fanout`` is the writer's side: ``run`` serves every link from one thread with a selector; ``send``
 writes from the caller's thread while the link's queue is empty and leaves the rest to the loop.
 ``Receiver`` is the node's side of one connection. Written independently of the Cython module as
-the simplest correct code (style-anchors R4).
+the simplest correct code (style-anchors R4). TLS: a link added with a ``TlsClient`` runs an
+``ssl.SSLObject`` over two memory BIOs, as the Cython module runs libssl; a ``Receiver`` whose
+``handshake`` ran with a ``TlsServer`` reads and acks through an ``ssl.SSLSocket``.
 """
 
 from __future__ import annotations
 
 import collections
 import errno
+import os
 import selectors
 import socket
+import ssl
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from qjm._native.framing_py import decode_header
-from qjm.errors import CorruptFrameError, ResourceExhaustedError
+from qjm.errors import CorruptFrameError, ResourceExhaustedError, TlsError
 from qjm.protocol import wire
 from qjm.protocol.frame import FRAME_HEADER_SIZE, FRAME_MAGIC, MAX_PAYLOAD
+from qjm.security.tls import TlsConfig
 
 ACK_SIZE = wire.ACK.size
 MAX_WINDOW_COUNT = 1 << 20
@@ -27,13 +33,91 @@ MAX_WINDOW_COUNT = 1 << 20
 _RBUF = 131072  # > the largest reply: the error header, its code and its text
 _RECV = 1 << 20
 _FRAME_MAGIC = FRAME_MAGIC.to_bytes(4, "little")
+_TLS_CHUNK = 16384
+_Session = tuple[ssl.SSLObject, ssl.MemoryBIO, ssl.MemoryBIO]  # a TLS link's session and its two BIOs
+
+
+class TlsClient:
+    """A writer's side of data-plane TLS: its certificate chain and key (PEM files) and the CA
+    certificates it trusts; TLS 1.3 (``qjm.security.tls``), the node's certificate always verified."""
+
+    def __init__(
+        self, ca_file: str | os.PathLike[str], cert_file: str | os.PathLike[str], key_file: str | os.PathLike[str]
+    ) -> None:
+        ctx = TlsConfig(os.fspath(ca_file), os.fspath(cert_file), os.fspath(key_file)).client_ssl_context()
+        self.context = ctx
+
+    def _session(self, sock: socket.socket, server_name: str, timeout: float) -> _Session:
+        """A client session on memory BIOs, its handshake done over ``sock`` (non-blocking)."""
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        obj = self.context.wrap_bio(incoming, outgoing, server_hostname=server_name)
+        deadline = time.monotonic() + timeout
+        sel = selectors.DefaultSelector()
+        sel.register(sock, selectors.EVENT_READ)
+        try:
+            while True:
+                try:
+                    obj.do_handshake()
+                    done = True
+                except ssl.SSLWantReadError:
+                    done = False
+                except ssl.SSLError as e:
+                    _send_all(sock, outgoing.read(), sel, deadline, server_name)  # the alert, if any
+                    raise TlsError(f"TLS handshake with {server_name} failed: {e}") from None
+                _send_all(sock, outgoing.read(), sel, deadline, server_name)
+                if done:
+                    return obj, incoming, outgoing
+                sel.modify(sock, selectors.EVENT_READ)
+                if not sel.select(deadline - time.monotonic()):
+                    raise OSError(errno.ETIMEDOUT, f"TLS handshake with {server_name}: {os.strerror(errno.ETIMEDOUT)}")
+                try:
+                    data = sock.recv(_TLS_CHUNK)
+                except (BlockingIOError, InterruptedError):
+                    continue
+                if not data:
+                    raise TlsError(f"{server_name} hung up during the TLS handshake (is its data plane TLS?)")
+                incoming.write(data)
+        finally:
+            sel.close()
+
+
+class TlsServer:
+    """A node's side of data-plane TLS: its certificate chain and key (PEM files) and the CA whose
+    certificates it accepts; TLS 1.3, a client certificate signed by that CA required."""
+
+    def __init__(
+        self, ca_file: str | os.PathLike[str], cert_file: str | os.PathLike[str], key_file: str | os.PathLike[str]
+    ) -> None:
+        self.context = TlsConfig(os.fspath(ca_file), os.fspath(cert_file), os.fspath(key_file)).server_ssl_context()
+        self.context.num_tickets = 0  # no resumption: a writer's link lives for a segment
+
+
+def _send_all(sock: socket.socket, data: bytes, sel: selectors.BaseSelector, deadline: float, name: str) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[sock.send(view) :]
+        except (BlockingIOError, InterruptedError):
+            sel.modify(sock, selectors.EVENT_WRITE)
+            if not sel.select(deadline - time.monotonic()):
+                raise OSError(errno.ETIMEDOUT, f"TLS handshake with {name}: {os.strerror(errno.ETIMEDOUT)}") from None
+
 
 Callback = Callable[[int, int, str, object], None]
 
 
 class _Link:
-    def __init__(self, sock: socket.socket, max_count: int, max_bytes: int, quiet: bool = False) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        max_count: int,
+        max_bytes: int,
+        quiet: bool = False,
+        tls: _Session | None = None,
+    ) -> None:
         self.sock = sock
+        self.tls = tls
+        self.cipher = bytearray()  # TLS: ciphertext waiting to be sent
         self.quiet = quiet
         self.lock = threading.Lock()
         self.queue: collections.deque[memoryview] = collections.deque()
@@ -59,8 +143,38 @@ class _Link:
         self.inflight.clear()
         self.inflight_bytes = 0
 
+    def pending(self) -> bool:
+        return bool(self.queue) or bool(self.cipher)
+
+    def enqueue(self, prefix: bytes | None, frame: bytes) -> bool:
+        """Queue ``prefix`` (if any) and ``frame``, encrypted on a TLS link; False if the session refused."""
+        if self.tls is not None:
+            return (prefix is None or self.encrypt(prefix)) and self.encrypt(frame)
+        if prefix is not None:
+            self.queue.append(memoryview(prefix))
+        self.queue.append(memoryview(frame))
+        return True
+
+    def encrypt(self, data: bytes) -> bool:
+        """TLS: encrypt ``data`` into ``cipher``; False (the link failed) if the session refuses."""
+        assert self.tls is not None
+        obj, _, outgoing = self.tls
+        try:
+            obj.write(data)
+        except ssl.SSLError as e:
+            self.fail("tls", str(e))
+            return False
+        self.cipher += outgoing.read()
+        return True
+
     def flush(self) -> None:
         """Send queued bytes until the socket would block; OSError propagates."""
+        while self.cipher:
+            try:
+                n = self.sock.send(self.cipher)
+            except (BlockingIOError, InterruptedError):
+                return
+            del self.cipher[:n]
         while self.queue:
             try:
                 n = self.sock.send(self.queue[0])
@@ -105,9 +219,34 @@ class _Link:
                 self.fail("reply", magic)
         del buf[:pos]
 
-    def read(self) -> None:
+    def decrypt(self, chunk: bytes) -> None:
+        assert self.tls is not None
+        obj, incoming, outgoing = self.tls
+        incoming.write(chunk)
         while self.open:
             if len(self.rbuf) >= _RBUF:
+                self.fail("reply", bytes(self.rbuf[:4]))
+                return
+            try:
+                data = obj.read(_RBUF - len(self.rbuf))
+            except ssl.SSLWantReadError:
+                break
+            except ssl.SSLZeroReturnError:
+                self.fail("eof", None)
+                return
+            except ssl.SSLError as e:
+                self.fail("tls", str(e))
+                return
+            if not data:
+                self.fail("eof", None)
+                return
+            self.rbuf += data
+            self.parse()
+        self.cipher += outgoing.read()  # what the session answered (a key update), sent with the rest
+
+    def read(self) -> None:
+        while self.open:
+            if self.tls is None and len(self.rbuf) >= _RBUF:
                 self.fail("reply", bytes(self.rbuf[:4]))
                 return
             try:
@@ -120,6 +259,9 @@ class _Link:
             if not chunk:
                 self.fail("eof", None)
                 return
+            if self.tls is not None:
+                self.decrypt(chunk)
+                continue
             self.rbuf += chunk
             self.parse()
 
@@ -159,7 +301,7 @@ class Fanout:
     def _want_write(self, link: int, lk: _Link) -> None:
         # Called with lk.lock held (lock order: link, then engine), so the interest always matches
         # the queue: watch for writability exactly while bytes wait.
-        want = bool(lk.queue)
+        want = lk.pending()
         if want != lk.writing and lk.open:
             with self._lock:
                 if link in self._links:
@@ -185,21 +327,32 @@ class Fanout:
         max_count: int = MAX_WINDOW_COUNT,
         max_bytes: int = 1 << 62,
         report_acks: bool = True,
+        tls: TlsClient | None = None,
+        server_name: str = "",
+        timeout: float = 30.0,
     ) -> int:
         """Register a connected socket (made non-blocking); returns the link id.
 
         With ``report_acks=False`` the link is quiet: ``run``'s callback hears only of its failure,
-        and its acks just wake ``wait_news`` (read them with ``acked``).
+        and its acks just wake ``wait_news`` (read them with ``acked``). With ``tls`` the link is
+        encrypted: the TLS handshake runs here first (at most ``timeout`` seconds), the node's
+        certificate checked against ``tls``'s CA and ``server_name`` (a host name or an IP
+        address); a refusal raises TlsError, a timeout or a hang-up OSError.
         """
         if self._closed:
             raise ValueError("Fanout is closed")
         if max_count < 1 or max_bytes < 1:
             raise ValueError("max_count and max_bytes must be >= 1")
+        if timeout != timeout or timeout <= 0:
+            raise ValueError("timeout must be > 0")
+        if tls is not None and not server_name:
+            raise ValueError("a TLS link needs the node's server_name to check its certificate against")
         sock.setblocking(False)
+        session = None if tls is None else tls._session(sock, server_name, timeout)
         with self._lock:
             link = self._next
             self._next += 1
-            self._links[link] = _Link(sock, max_count, max_bytes, quiet=not report_acks)
+            self._links[link] = _Link(sock, max_count, max_bytes, quiet=not report_acks, tls=session)
             self._sel.register(sock, selectors.EVENT_READ, link)
         return link
 
@@ -225,23 +378,21 @@ class Fanout:
                 lk.fail("window", None)
                 rc = 1
             else:
-                was_empty = not lk.queue
-                if prefix is not None:
-                    lk.queue.append(memoryview(prefix))
-                lk.queue.append(memoryview(frame))
-                if last_txid:
-                    lk.inflight.append((last_txid, n))
-                    lk.inflight_bytes += n
-                if not was_empty:
-                    return 0
-                try:
-                    lk.flush()
-                except OSError as e:
-                    lk.fail("oserror", e.errno)
-                    rc = -1
-                else:
-                    self._want_write(link, lk)
-                    return 0
+                rc = -1  # unless queued below: the TLS session refused, or the write failed
+                was_empty = not lk.pending()
+                if lk.enqueue(prefix, frame):
+                    if last_txid:
+                        lk.inflight.append((last_txid, n))
+                        lk.inflight_bytes += n
+                    if not was_empty:
+                        return 0
+                    try:
+                        lk.flush()
+                    except OSError as e:
+                        lk.fail("oserror", e.errno)
+                    else:
+                        self._want_write(link, lk)
+                        return 0
             self._unwatch(link, lk)
         self._wake()  # let the loop report the failure
         return rc
@@ -312,7 +463,8 @@ class Fanout:
 
         ``code`` is ``""`` (acked advanced), ``"reply"`` (the node sent an ERROR or something
         unparseable: ``detail`` holds those bytes), ``"eof"``, ``"oserror"`` (``detail`` = errno) or
-        ``"window"`` (a send found the in-flight window full).
+        ``"window"`` (a send found the in-flight window full), ``"tls"`` (the link's TLS session
+        failed: ``detail`` is the reason, as text).
         """
         if self._closed:
             raise ValueError("Fanout is closed")
@@ -423,6 +575,46 @@ class Receiver:
         self._memory = memory
         self._cap = _RECV  # the buffer never holds more than this; past _RECV it is budgeted
         self._closed = False
+        self._tls: ssl.SSLSocket | None = None
+
+    def handshake(self, tls: TlsServer, timeout: float) -> None:
+        """Run the node's side of the TLS handshake first, within ``timeout`` seconds in all; the
+        connection is then read and answered through the session. A peer the session refuses (no
+        certificate, another CA, expired, not TLS) raises TlsError; a timeout or a hang-up OSError."""
+        if self._closed:
+            raise OSError(errno.EBADF, "receiver is closed")
+        if self._tls is not None:
+            raise RuntimeError("the TLS handshake already ran")
+        if timeout != timeout or timeout <= 0:
+            raise ValueError("timeout must be > 0")
+        # On a duplicate of the descriptor: wrapping takes the socket over, and the caller keeps its own.
+        secured = tls.context.wrap_socket(self._sock.dup(), server_side=True, do_handshake_on_connect=False)
+        secured.settimeout(timeout)
+        try:
+            secured.do_handshake()
+        except ssl.SSLError as e:
+            secured.close()
+            raise TlsError(f"TLS handshake failed: {e}") from None
+        except ConnectionError:
+            secured.close()
+            raise TlsError("the peer hung up during the TLS handshake") from None
+        except BaseException:
+            secured.close()
+            raise
+        secured.settimeout(None)  # the caller's SO_RCVTIMEO on the shared socket bounds each read
+        self._tls = secured
+        self._sock = secured
+
+    def peer_certificate(self) -> bytes | None:
+        """The peer's verified certificate (DER) after ``handshake``; None on a plaintext connection."""
+        return None if self._tls is None else self._tls.getpeercert(binary_form=True)
+
+    def send(self, data: bytes) -> None:
+        """Send ``data`` whole to the peer (an ERROR message), through the session if any."""
+        try:
+            self._sock.sendall(data)
+        except ssl.SSLError as e:
+            raise TlsError(f"TLS write failed: {e}") from None
 
     def close(self) -> None:
         """Give back the memory held past the base buffer; the receiver cannot be used after."""
@@ -432,6 +624,8 @@ class Receiver:
                 self._memory.give(self._cap - _RECV)
             self._cap = _RECV
             self._buf = bytearray()
+            if self._tls is not None:
+                self._tls.close()
 
     def _shrink(self) -> None:
         if self._cap > _RECV and len(self._buf) <= _RECV // 2:
@@ -451,7 +645,12 @@ class Receiver:
             if self._memory is not None:
                 self._memory.take(cap - self._cap)
             self._cap = cap
-        chunk = self._sock.recv(min(_RECV, self._cap - len(self._buf)))
+        try:
+            chunk = self._sock.recv(min(_RECV, self._cap - len(self._buf)))
+        except ssl.SSLWantReadError:  # SO_RCVTIMEO, as the native receiver reports it
+            raise OSError(errno.EAGAIN, os.strerror(errno.EAGAIN)) from None
+        except ssl.SSLError as e:
+            raise TlsError(f"TLS session failed: {e}") from None
         if not chunk:
             self._eof = True
         self._buf += chunk
@@ -531,7 +730,7 @@ class Receiver:
         """Tell the writer everything through ``txid`` is durable."""
         if not 0 <= txid < 1 << 64:
             raise OverflowError(f"txid {txid} out of range")
-        self._sock.sendall(wire.encode_ack(txid))
+        self.send(wire.encode_ack(txid))
 
 
 def wire_layout() -> dict[str, dict[str, int]]:

@@ -19,7 +19,7 @@ from qjm._native import capabilities
 from qjm.bench.floor import run_c_floors, worker_floor
 from qjm.bench.peers import PEERS, measure
 from qjm.bench.pipeline import worker_tail
-from qjm.bench.report import peer_goals, peers_table, plot_result, summarise, table
+from qjm.bench.report import peer_goals, peers_table, plot_result, summarise, table, tls_goals, tls_table
 from qjm.bench.workers import run_peer_worker, run_worker, worker_process_failover, worker_qjm
 from qjm.bench.workload import FULL, PURE_SCALE, RECORD_SIZES, SMOKE, progress
 
@@ -58,6 +58,7 @@ def run(
     plot: str | None = None,
     peers: bool = False,
     directory: str | None = None,
+    tls: bool = False,
 ) -> dict[str, Any]:
     """Measure floor, qjm native and qjm pure in one run on one disk; print the table (or JSON).
 
@@ -84,6 +85,8 @@ def run(
       batching client, ``durable``, ``version``, ``how``, ``how_batched``; and ``peer_goals``:
       ``best_durable_row`` (peer, client, ratio of qjm native's 1 KiB records/s to it, in words),
       ``latency``, ``throughput`` and ``non_durable`` (the project's goals, met or not);
+    - with ``tls``: ``summary.native_tls`` (qjm native with mutual TLS on both planes, its
+      failovers by other processes not measured) and ``tls_goals`` (each goal's ratio and verdict);
     - ``raw``: every sample of every worker (latency samples per phase, in seconds).
     """
     check_options(plot, directory)
@@ -105,6 +108,9 @@ def run(
         raw["native"] = run_worker("qjm", os.path.join(base, "native"), smoke, pure=False)
         progress(f"qjm pure ({time.monotonic() - t0:.0f} s so far)", False)
         raw["pure"] = run_worker("qjm", os.path.join(base, "pure"), smoke, pure=True)
+        if tls:
+            progress(f"qjm native with mutual TLS ({time.monotonic() - t0:.0f} s so far)", False)
+            raw["native_tls"] = run_worker("qjm", os.path.join(base, "native_tls"), smoke, pure=False, tls=True)
         if peers:
             machine["loadavg_before_peers"] = os.getloadavg()
             for name in PEERS:
@@ -126,12 +132,17 @@ def run(
         result["peers"] = {k: summarise(v) | {m: v[m] for m in meta} for k, v in peer_raw.items()}
         raw["peers"] = peer_raw
         result["peer_goals"] = peer_goals(result)
+    if tls:
+        result["tls_goals"] = tls_goals(result["summary"])
     if plot:
         plot_result(result, plot)
     if json_out:
         print(json.dumps({k: v for k, v in result.items() if k != "raw"}, indent=2))
     else:
         print(table(result))
+        if tls:
+            print()
+            print(tls_table(result))
         if peers:
             print()
             print(peers_table(result))
@@ -145,6 +156,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plot", metavar="PNG", help="latency, throughput, failover, tail panels (matplotlib)")
     p.add_argument("--peers", action="store_true", help="also ZooKeeper, etcd and NATS JetStream (bench/peers/)")
     p.add_argument("--dir", metavar="DIR", help="measure the disk of DIR (default: the system's temporary directory)")
+    p.add_argument("--tls", action="store_true", help="also qjm native with mutual TLS on both planes, beside native")
 
 
 def run_from(a: argparse.Namespace) -> int:
@@ -154,7 +166,7 @@ def run_from(a: argparse.Namespace) -> int:
     except BenchUsageError as e:
         print(f"qjm bench: {e}", file=sys.stderr)
         return 2
-    run(smoke=a.smoke, json_out=a.json, plot=a.plot, peers=a.peers, directory=a.dir)
+    run(smoke=a.smoke, json_out=a.json, plot=a.plot, peers=a.peers, directory=a.dir, tls=a.tls)
     return 0
 
 
@@ -182,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.worker == "peer":
             res = measure(a.peer, a.base, cfg)
         else:
-            res = worker_floor(a.base, cfg) if a.worker == "floor" else worker_qjm(a.base, cfg)
+            res = worker_floor(a.base, cfg) if a.worker == "floor" else worker_qjm(a.base, cfg, tls=a.tls)
         print(json.dumps(res))
         return 0
     return run_from(a)

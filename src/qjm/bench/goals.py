@@ -20,3 +20,5 @@ THROUGHPUT_OVER_PEER: Final = 50.0  # qjm native 1 KiB records/s >= this x the b
 TAIL_STALENESS_P50_MS: Final = 1.0  # sync returned -> record yielded by a tail in another process
 TAIL_STALENESS_P99_MS: Final = 5.0
 BATCHES_SPEEDUP: Final = 5.0  # Reader.batches() records/s >= this x per-record iteration's
+TLS_SYNC_P50_OVER_PLAIN: Final = 1.15  # qjm native with mutual TLS: sync p50 <= this x without
+TLS_THROUGHPUT_OVER_PLAIN: Final = 0.8  # and pipelined records/s >= this x without (each record size)

@@ -195,6 +195,54 @@ def pipeline_note(native: dict[str, Any], pure: dict[str, Any]) -> str:
     )
 
 
+TLS_ROWS = [
+    ("sync commit p50, 1 KiB batch", "sync_p50_us", "µs", goals.TLS_SYNC_P50_OVER_PLAIN),
+    ("sync commit p99, 1 KiB batch", "sync_p99_us", "µs", None),
+    *((f"throughput {s} B records", f"tput{s}_rps", "rec/s", goals.TLS_THROUGHPUT_OVER_PLAIN) for s in RECORD_SIZES),
+    *((f"CPU per {s} B record, user + kernel", f"tput{s}_cpu_ns", "ns", None) for s in RECORD_SIZES),
+    ("failover p50, new writer in the old one's process", "failover_same_process_p50_ms", "ms", None),
+]
+
+
+def _tls_figure(v: dict[str, Any], key: str) -> float:
+    if key.endswith("_cpu_ns"):
+        base = key[: -len("_cpu_ns")]
+        return float(v.get(f"{base}_cpu_user_ns", float("nan")) + v.get(f"{base}_cpu_kernel_ns", float("nan")))
+    return float(v[key])
+
+
+def tls_goals(summary: dict[str, Any]) -> dict[str, Any]:
+    """qjm native with mutual TLS against qjm native without, same run: each goal's ratio and verdict."""
+    plain, tls = summary["native"], summary["native_tls"]
+    out: dict[str, Any] = {}
+    for _, key, _, goal in TLS_ROWS:
+        if goal is None:
+            continue
+        ratio = _ratio(tls[key], plain[key])
+        met = ratio <= goal if key.startswith("sync") else ratio >= goal
+        out[key] = {"ratio": ratio, "goal": goal, "met": met}
+    return out
+
+
+def tls_table(result: dict[str, Any]) -> str:
+    """qjm native with and without mutual TLS (both planes), side by side, and the TLS goals."""
+    plain, tls = result["summary"]["native"], result["summary"]["native_tls"]
+    verdicts = result.get("tls_goals") or tls_goals(result["summary"])
+    lines = [
+        "| metric | unit | qjm native | qjm native + mutual TLS | TLS/plain | goal |",
+        "|---|---|---:|---:|---:|---|",
+    ]
+    for label, key, unit, goal in TLS_ROWS:
+        a, b = _tls_figure(plain, key), _tls_figure(tls, key)
+        verdict = ""
+        if goal is not None:
+            v = verdicts[key]
+            sign = "<=" if key.startswith("sync") else ">="
+            verdict = f"{sign} {goal}x: {'met' if v['met'] else 'missed'}"
+        lines.append(f"| {label} | {unit} | {_fmt(a)} | {_fmt(b)} | {_ratio(b, a):.2f}x | {verdict} |")
+    return "\n".join(lines)
+
+
 def c_floor_note(c: dict[str, Any], native: dict[str, Any]) -> str:
     """The C floors beside qjm native: how far the network alone puts any implementation."""
     if "skipped" in c:

@@ -5,6 +5,8 @@ floor, qjm native, qjm pure and each peer start from the same state and one back
 leak into another's: ``run_worker`` and ``run_peer_worker`` start one and read the JSON line it
 prints. ``worker_qjm`` is the qjm side: one writer (the worker) and three JournalNode subprocesses
 on loopback; its failover figures come from ``process_failover``, another process that takes over.
+With ``tls`` the nodes and the writer use mutual TLS on both planes (certificates made for the run by
+``qjm.testing.certs``); that worker measures latency, throughput and the same-process failover.
 """
 
 from __future__ import annotations
@@ -36,19 +38,23 @@ from qjm.bench.workload import (
 )
 from qjm.client.reader import open_reader
 from qjm.client.writer import Writer, open_writer
+from qjm.testing.certs import make_pki
 from qjm.testing.minicluster import MiniJournalCluster
 
 PEER_TIMEOUT = {True: 240.0, False: 900.0}  # seconds for one peer worker (smoke, full): start + both workloads
 
 
-def worker_qjm(base: str, cfg: dict[str, float]) -> dict[str, Any]:
-    """One writer (this process) and three JournalNode subprocesses that inherit this environment.
+def worker_qjm(base: str, cfg: dict[str, float], tls: bool = False) -> dict[str, Any]:
+    """One writer (this process) and three JournalNode subprocesses that inherit this environment;
+    with ``tls`` all of them on mutual TLS, both planes.
 
     Raw samples: ``latency`` (one list of seconds per counted phase), ``tput{size}`` (records/s per
     counted phase), the warm-up phases under ``*_warmup``, and the failover lists."""
     out: dict[str, Any] = {}
-    with MiniJournalCluster(3, base) as c:
-        w = open_writer(c.uri, create=True)
+    pki = make_pki(os.path.join(base, "pki")) if tls else None
+    client = pki.clients["alice"] if pki is not None else None
+    with MiniJournalCluster(3, base, pki=pki) as c:
+        w = open_writer(c.uri, create=True, tls=client)
         rec = os.urandom(LATENCY_RECORD)
 
         def latency_phase() -> list[float]:
@@ -61,9 +67,10 @@ def worker_qjm(base: str, cfg: dict[str, float]) -> dict[str, Any]:
             return lat
 
         out["latency_warmup"], out["latency"] = phased(cfg, "sync latency", latency_phase)
-        progress("tail staleness and packed reading")
-        out["tail_staleness"] = tail_staleness(c.uri, w, int(cfg["tail_rounds"]))
-        out |= batches_speedup(c.uri, w, int(cfg["read_records"]))
+        if not tls:  # the TLS row compares sync latency and throughput with plaintext's
+            progress("tail staleness and packed reading")
+            out["tail_staleness"] = tail_staleness(c.uri, w, int(cfg["tail_rounds"]))
+            out |= batches_speedup(c.uri, w, int(cfg["read_records"]))
         pids = [n.proc.pid for n in c.nodes if n.proc is not None]
         for size in RECORD_SIZES:
             chunk = [os.urandom(size)] * 1000
@@ -85,7 +92,8 @@ def worker_qjm(base: str, cfg: dict[str, float]) -> dict[str, Any]:
             # A node more than queued_edits_limit_bytes behind is dropped until the next segment
             # (Hadoop's rule): then the figure is for two replicas, and the table says so.
             out[f"tput{size}_in_sync"] = sum(not lg.out_of_sync for lg in w.qjm.loggers.loggers)
-        w = roll_variant(c.uri, w, cfg, out)
+        if not tls:
+            w = roll_variant(c.uri, w, cfg, out)
         w.roll()  # recover a small open segment, not the throughput phases' hundreds of MB
         os.sync()  # failover on a settled disk, not behind the writeback of the throughput phases
         progress("failover: new writers in this process")
@@ -96,7 +104,7 @@ def worker_qjm(base: str, cfg: dict[str, float]) -> dict[str, Any]:
                 w.append(rec)
             w.sync()  # the old writer holds an open segment with committed records
             t = time.perf_counter()
-            w2 = open_writer(c.uri)
+            w2 = open_writer(c.uri, tls=client)
             w2.append(rec)
             w2.sync()
             fo.append(time.perf_counter() - t)
@@ -104,6 +112,9 @@ def worker_qjm(base: str, cfg: dict[str, float]) -> dict[str, Any]:
             w = w2
         out["failover_same_process"] = fo[warmup:]  # the first takeovers after gigabytes of writes are slower
         for key, follow in (("failover", True), ("failover_cold", False)):
+            if tls:  # the other process would need the certificates: not measured with TLS
+                out[key] = []
+                continue
             took = []
             progress(f"failover: {'standby' if follow else 'cold'} processes")
             for _ in range(int(cfg["cold_failovers"])):
@@ -227,8 +238,9 @@ def run_json(what: str, cmd: list[str], env: dict[str, str] | None = None, timeo
     return json.loads(lines[-1])
 
 
-def run_worker(kind: str, base: str, smoke: bool, pure: bool) -> dict[str, Any]:
-    """One ``floor`` or ``qjm`` worker in its own process (``pure``: on the pure-Python twins); its JSON result."""
+def run_worker(kind: str, base: str, smoke: bool, pure: bool, tls: bool = False) -> dict[str, Any]:
+    """One ``floor`` or ``qjm`` worker in its own process (``pure``: on the pure-Python twins;
+    ``tls``: mutual TLS on both planes); its JSON result."""
     env = dict(os.environ)
     env.pop("QJM_NO_EXTENSIONS", None)
     if pure:
@@ -240,6 +252,8 @@ def run_worker(kind: str, base: str, smoke: bool, pure: bool) -> dict[str, Any]:
         os.sync()  # each worker starts on a settled disk, not behind the last one's writeback
     if pure:
         cmd.append("--pure")
+    if tls:
+        cmd.append("--tls")
     result: dict[str, Any] = run_json(f"{kind} worker", cmd, env)
     return result
 

@@ -549,10 +549,12 @@ class RemoteLogger(NodeStateView[Ticket]):
                     max_count=max(1024, 16 * self.config.max_inflight_batches),
                     max_bytes=self.config.queued_edits_limit_bytes or 1,
                     report_acks=not self.native_acks,
+                    tls=self.config.tls,
                 )
             return ThreadedLink(
-                self._name, data_address, self.journal_id, self.config.timeouts.connect, self._link_failed
-            )
+                self._name, data_address, self.journal_id, self.config.timeouts.connect, self._link_failed,
+                tls=self.config.tls,
+            )  # fmt: skip
         except OSError as e:
             raise NodeUnavailableError(f"{self._name}: cannot reach the data plane at {data_address}: {e}") from e
 

@@ -10,10 +10,13 @@ its acks only wake ``Fanout.wait_news``, and ``qjm.client.link_batch`` counts th
 ``acked_txid`` in the waiting thread. The engine bounds each link's in-flight window in
 frames and bytes; a batch past it, an ERROR from the node or a broken connection fail the link,
 and ``RemoteLogger`` marks the node out of sync until its next segment (style-anchors R16).
+With TLS the engine runs each link's session inside its loop (libssl in the native module; design
+§9.4): the handshake happens here, in the connecting thread, before the link joins the loop.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -21,14 +24,16 @@ import threading
 import time
 from concurrent.futures import Future
 from types import ModuleType
+from typing import Any
 
 from qjm import errors
 from qjm._native import fanout
 from qjm.addresses import split_host_port
 from qjm.client.data_link import LinkFailed, PendingBatches, encode_commit
 from qjm.client.node_state import CommitNotice
-from qjm.errors import CorruptFrameError, NodeTooFarBehindError, NodeUnavailableError, OutOfSyncError
+from qjm.errors import CorruptFrameError, NodeTooFarBehindError, NodeUnavailableError, OutOfSyncError, TlsError
 from qjm.protocol import wire
+from qjm.security.tls import TlsConfig
 
 log = logging.getLogger("qjm.fanout")
 
@@ -40,7 +45,8 @@ class Engine:
     """One ``Fanout`` and the thread running its loop, shared by the links registered with it."""
 
     def __init__(self, backend: ModuleType | None = None) -> None:
-        self.fanout = (backend or fanout).Fanout()
+        self.backend = backend or fanout
+        self.fanout = self.backend.Fanout()
         self._links: dict[int, FanoutLink] = {}
         self._thread = threading.Thread(target=self._run, name="qjm-fanout", daemon=True)
         self._thread.start()
@@ -60,9 +66,21 @@ class Engine:
             link._on_event(acked, code, detail)
 
     def register(
-        self, link: FanoutLink, sock: socket.socket, max_count: int, max_bytes: int, report_acks: bool = True
+        self,
+        link: FanoutLink,
+        sock: socket.socket,
+        max_count: int,
+        max_bytes: int,
+        report_acks: bool = True,
+        tls: tuple[Any, str, float] | None = None,
     ) -> int:
-        link_id: int = self.fanout.add_link(sock, max_count=max_count, max_bytes=max_bytes, report_acks=report_acks)
+        """Add ``link``'s socket to the engine; ``tls``: (TlsClient, the node's name, handshake timeout)."""
+        opts: dict[str, Any] = {}
+        if tls is not None:
+            opts = {"tls": tls[0], "server_name": tls[1], "timeout": tls[2]}
+        link_id: int = self.fanout.add_link(
+            sock, max_count=max_count, max_bytes=max_bytes, report_acks=report_acks, **opts
+        )
         self._links[link_id] = link
         return link_id
 
@@ -78,6 +96,12 @@ class Engine:
         if self._thread is not threading.current_thread():
             self._thread.join()
         self.fanout.close()
+
+
+@functools.lru_cache(maxsize=16)
+def tls_client(backend: ModuleType, tls: TlsConfig) -> Any:
+    """The engine's TLS context for ``tls`` (loading the CA, certificate and key once per process)."""
+    return backend.TlsClient(tls.ca_file, tls.cert_file, tls.key_file)
 
 
 _shared: Engine | None = None
@@ -118,9 +142,11 @@ class FanoutLink:
         max_bytes: int = DEFAULT_WINDOW_BYTES,
         engine: Engine | None = None,
         report_acks: bool = True,
+        tls: TlsConfig | None = None,
     ) -> None:
         self.name = name
-        self._sock = socket.create_connection(split_host_port(address), timeout=connect_timeout)
+        host, port = split_host_port(address)
+        self._sock = socket.create_connection((host, port), timeout=connect_timeout)
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._batches = PendingBatches()  # loud links: a future per batch
         self._lock = self._batches.lock
@@ -132,7 +158,10 @@ class FanoutLink:
         self._final_acked = 0  # what the node had acked when the link left the engine
         self._engine = engine or shared_engine()
         try:
-            self._id = self._engine.register(self, self._sock, max_count, max_bytes, report_acks)
+            session = None
+            if tls is not None:
+                session = (tls_client(self._engine.backend, tls), host, connect_timeout)
+            self._id = self._engine.register(self, self._sock, max_count, max_bytes, report_acks, session)
             self._engine.fanout.send(self._id, wire.encode_hello(journal_id))
         except BaseException:
             self._sock.close()
@@ -249,6 +278,8 @@ class FanoutLink:
             return NodeUnavailableError(f"{self.name}: data plane connection failed: {os.strerror(detail)}")
         if code == "window":
             return NodeTooFarBehindError(f"{self.name}: too many batches unacknowledged; the in-flight window is full")
+        if code == "tls":
+            return TlsError(f"{self.name}: data plane TLS session failed: {detail}")
         return NodeUnavailableError(f"{self.name}: data plane failed ({code})")
 
     def _release(self) -> None:

@@ -3,13 +3,15 @@
 Batches are queued to the sender thread, which writes them to a long-lived TCP connection; the
 receiver thread parses the node's cumulative ACKs and completes the batches' futures, or its one
 ERROR reply, which ends the link (``qjm.client.data_link``). Used where the native fan-out engine
-is not built (``QJM_NO_EXTENSIONS=1``).
+is not built (``QJM_NO_EXTENSIONS=1``). With TLS the connection is an ``ssl.SSLSocket`` (design §9.4).
 """
 
 from __future__ import annotations
 
+import functools
 import queue
 import socket
+import ssl
 import threading
 from concurrent.futures import Future
 
@@ -17,20 +19,45 @@ from qjm import errors
 from qjm.addresses import split_host_port
 from qjm.client.data_link import LinkFailed, PendingBatches, encode_commit
 from qjm.client.node_state import CommitNotice
-from qjm.errors import NodeUnavailableError, OutOfSyncError, QJMError
+from qjm.errors import NodeUnavailableError, OutOfSyncError, QJMError, TlsError
 from qjm.protocol import wire
+from qjm.security.tls import TlsConfig
 
 __all__ = ["ThreadedLink"]
+
+
+@functools.lru_cache(maxsize=16)
+def _client_context(tls: TlsConfig) -> ssl.SSLContext:
+    return tls.client_ssl_context()
 
 
 class ThreadedLink:
     """One TCP connection to a node's data plane: a sender thread, a receiver thread, cumulative acks."""
 
-    def __init__(self, name: str, address: str, journal_id: str, connect_timeout: float, on_fail: LinkFailed) -> None:
+    def __init__(
+        self,
+        name: str,
+        address: str,
+        journal_id: str,
+        connect_timeout: float,
+        on_fail: LinkFailed,
+        tls: TlsConfig | None = None,
+    ) -> None:
         self.name = name
-        self._sock = socket.create_connection(split_host_port(address), timeout=connect_timeout)
+        host, port = split_host_port(address)
+        sock = socket.create_connection((host, port), timeout=connect_timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tls is not None:
+            try:
+                sock = _client_context(tls).wrap_socket(sock, server_hostname=host)  # the handshake
+            except ssl.SSLError as e:
+                sock.close()
+                raise TlsError(f"{name}: TLS handshake with the data plane failed: {e}") from None
+            except BaseException:
+                sock.close()
+                raise
+        self._sock = sock
         self._sock.settimeout(None)
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._q: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         self._batches = PendingBatches()
         self._on_fail = on_fail
@@ -99,7 +126,9 @@ class ThreadedLink:
                         self._batches.complete(msg.durable_txid)
                         raise errors.from_code(msg.code, f"{self.name}: {msg.message}")
         except BaseException as e:
-            if isinstance(e, OSError) and not isinstance(e, QJMError):
+            if isinstance(e, ssl.SSLError):
+                e = TlsError(f"{self.name}: data plane TLS session failed: {e}")
+            elif isinstance(e, OSError) and not isinstance(e, QJMError):
                 e = NodeUnavailableError(f"{self.name}: data plane receive failed: {e}")
             self._fail(e)
 

@@ -9,6 +9,12 @@ a busy writer gets larger groups. A bad frame, a stale epoch or a txid gap is an
 ERROR message and the connection is closed: a stream cannot be resynchronised safely, and the
 writer treats the node as out of sync until its next segment (style-anchors R17: the error
 becomes state, never an unwind through the receive loop).
+
+With TLS (design §9.4) the Receiver first runs the handshake (a client certificate signed by the
+node's CA required), bounded by ``hello_timeout`` like the hello, then reads and acks through the
+session without the GIL; the writer's identity must hold the writer role on the journal its hello
+names. A peer that does not start with a TLS handshake
+record (a plaintext writer, garbage) is answered with one plaintext ERROR (code TLS) and closed.
 """
 
 from __future__ import annotations
@@ -18,14 +24,18 @@ import socket
 import socketserver
 import struct
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from qjm._native import fanout
 from qjm.addresses import family_of
-from qjm.errors import QJMError, ResourceExhaustedError, to_code
+from qjm.errors import QJMError, ResourceExhaustedError, TlsError, to_code
 from qjm.protocol import wire
+from qjm.security.authz import WRITER, Authorizer
+from qjm.security.certs import identity_of_der
 from qjm.security.redact import public_message
+from qjm.security.tls import TlsConfig
 from qjm.server.frame_memory import FrameMemory
 from qjm.server.journal import Journal
 from qjm.server.limits import NodeLimits
@@ -62,6 +72,23 @@ def _set_receive_timeout(sock: socket.socket, seconds: float) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", whole, int((seconds - whole) * 1e6)))
 
 
+_TLS_HANDSHAKE_RECORD = 0x16  # the first byte of every TLS ClientHello
+_DRAIN_SECONDS = 1.0
+
+
+def _drain(sock: socket.socket) -> None:
+    """Read and drop what the peer still sends, until it hangs up or for at most a second: closing
+    with unread bytes would reset the connection, and the peer could lose the refusal sent it."""
+    deadline = time.monotonic() + _DRAIN_SECONDS
+    try:
+        while (left := deadline - time.monotonic()) > 0:
+            sock.settimeout(left)
+            if not sock.recv(65536):
+                return
+    except OSError:
+        pass
+
+
 class _Conn(socketserver.BaseRequestHandler):
     server: DataServer
 
@@ -76,6 +103,45 @@ class _Conn(socketserver.BaseRequestHandler):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, limits.keepalive_count)
         _set_receive_timeout(sock, limits.hello_timeout)
         rx = fanout.Receiver(sock, limits.max_frame_bytes, self.server.frame_memory)
+        try:
+            identity: str | None = None
+            if self.server.tls is not None:
+                if not self._accept_tls(sock, rx, self.server.tls):
+                    return
+                identity = identity_of_der(rx.peer_certificate() or b"")
+            self._serve(sock, rx, identity)
+        finally:
+            rx.close()
+
+    def _accept_tls(self, sock: socket.socket, rx: Any, tls: Any) -> bool:
+        """The TLS handshake, within ``hello_timeout`` in all; False (logged, counted, closed) if refused."""
+        try:
+            first = sock.recv(1, socket.MSG_PEEK)  # within the hello_timeout set on the socket
+        except OSError as e:
+            self.server.count_tls_refusal(self.client_address, f"no TLS handshake: {e}")
+            return False
+        if not first:
+            return False
+        if first[0] != _TLS_HANDSHAKE_RECORD:
+            err = TlsError("this node's data plane requires TLS (mutual, with a certificate of its CA)")
+            self.server.count_tls_refusal(self.client_address, "a peer that does not speak TLS")
+            self._send_error(sock, rx, to_code(err), str(err), 0)
+            _drain(sock)
+            return False
+        try:
+            rx.handshake(tls, self.server.limits.hello_timeout)
+        except (TlsError, OSError) as e:
+            self.server.count_tls_refusal(self.client_address, str(e))
+            try:
+                sock.shutdown(socket.SHUT_WR)  # after the alert the session sent
+            except OSError:
+                pass
+            _drain(sock)
+            return False
+        return True
+
+    def _serve(self, sock: socket.socket, rx: Any, identity: str | None) -> None:
+        limits = self.server.limits
         durable = 0
 
         def ack(txid: int) -> None:
@@ -87,6 +153,7 @@ class _Conn(socketserver.BaseRequestHandler):
             jid = rx.hello()
             if jid is None:
                 return
+            self.server.authz.check(identity, jid, WRITER)
             _set_receive_timeout(sock, limits.idle_timeout)
             with self.server.journals.lease(jid) as journal:
                 while True:
@@ -98,21 +165,21 @@ class _Conn(socketserver.BaseRequestHandler):
         except QJMError as e:
             durable = getattr(e, "durable_txid", durable)
             log.info("data plane %s: refusing: %s: %s", self.client_address, type(e).__name__, e)
-            self._send_error(sock, to_code(e), public_message(str(e), self.server.journals.data_dir), durable)
+            self._send_error(sock, rx, to_code(e), public_message(str(e), self.server.journals.data_dir), durable)
         except OSError as e:
             log.info("data plane %s: connection lost or idle too long: %s", self.client_address, e)
         except Exception as e:  # a bug must not kill the node: report it to the writer and log it
             log.exception("data plane %s: unexpected error", self.client_address)
             self._send_error(
-                sock, "QJM_ERROR", public_message(f"{type(e).__name__}: {e}", self.server.journals.data_dir), durable
-            )
-        finally:
-            rx.close()
+                sock, rx, "QJM_ERROR", public_message(f"{type(e).__name__}: {e}", self.server.journals.data_dir),
+                durable,
+            )  # fmt: skip
 
     @staticmethod
-    def _send_error(sock: socket.socket, code: str, msg: str, durable: int) -> None:
+    def _send_error(sock: socket.socket, rx: Any, code: str, msg: str, durable: int) -> None:
+        """One ERROR message (through the TLS session, once there is one), then the write side closed."""
         try:
-            sock.sendall(wire.encode_error(code, msg, durable))
+            rx.send(wire.encode_error(code, msg, durable))
             sock.shutdown(socket.SHUT_WR)
         except OSError:
             pass
@@ -125,15 +192,32 @@ class DataServer(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], journals: JournalRegistry, limits: NodeLimits) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        journals: JournalRegistry,
+        limits: NodeLimits,
+        *,
+        tls: TlsConfig | None = None,
+        authz: Authorizer | None = None,
+    ) -> None:
         self.journals = journals
         self.limits = limits
+        # With TLS, a client certificate signed by the CA is required, and its identity is checked
+        # against ``authz`` for the writer role on the journal the hello names (design §9.4).
+        self.tls = fanout.TlsServer(tls.ca_file, tls.cert_file, tls.key_file) if tls is not None else None
+        self.authz = authz or Authorizer()
+        self.tls_refusals = 0
         self.frame_memory = FrameMemory(limits.frame_memory, limits.frame_memory_wait)
         self._conns: set[socket.socket] = set()
         self._conns_lock = threading.Lock()
         self.refused_connections = 0
         self.address_family = family_of(address[0])  # read by the base class when it makes the socket
         super().__init__(address, _Conn)
+
+    def count_tls_refusal(self, peer: object, why: str) -> None:
+        self.tls_refusals += 1
+        log.warning("data plane %s: refused: %s", peer, why)
 
     def connection_count(self) -> int:
         with self._conns_lock:

@@ -158,7 +158,7 @@ class JournalNode:
                 self.data_dir, max_open=self.limits.max_open_journals, fetcher=fetch, hooks=hooks,
                 on_open=self._on_open,
             )  # fmt: skip
-            data_server = DataServer((self.data_host, data_port), self.journals, self.limits)
+            data_server = DataServer((self.data_host, data_port), self.journals, self.limits, tls=self.tls)
             self.metrics = NodeMetrics(
                 self.data_dir, self.loaded_journals, lambda: dict(self.load_failures), self._info
             )
@@ -177,6 +177,7 @@ class JournalNode:
             )
             # Each node counts its own refusals, whatever Authorizer it was given.
             self.authz = replace(authz or Authorizer(), on_denied=[self.metrics.count_denied])
+            data_server.authz = self.authz  # the data plane checks the writer role (design §9.4)
             servicer = QJournalServicer(
                 self.journals, lambda: self.data_address, self.authz, max_followers=max(1, rpc_workers // 2)
             )

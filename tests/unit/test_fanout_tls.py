@@ -1,0 +1,230 @@
+"""Data-plane TLS on both backends: the engine's links (libssl in fanout_c, ssl.SSLObject in
+fanout_py) against a node-side Receiver reading through an ssl.SSLSocket, every engine with every
+receiver, with real certificates (qjm.testing.certs). Synchronisation is by queues and events with
+a bounded wait, never by sleeping.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import queue
+import socket
+import ssl
+import threading
+from collections.abc import Iterator
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from qjm._native import framing
+from qjm.errors import ConfigError, TlsError
+from qjm.protocol import wire
+from qjm.protocol.frame import FRAME_HEADER_SIZE
+from qjm.security.certs import identity_of_der
+from qjm.security.tls import TlsConfig
+from qjm.testing.certs import Pki
+
+NO_EXTENSIONS = os.environ.get("QJM_NO_EXTENSIONS", "") in ("1", "true", "yes")
+BACKENDS = ["py"] if NO_EXTENSIONS else ["py", "native"]
+WAIT = 10.0
+
+
+def module(name: str) -> ModuleType:
+    return importlib.import_module("qjm._native.fanout_c" if name == "native" else "qjm._native.fanout_py")
+
+
+@pytest.fixture(params=BACKENDS)
+def engine(request: pytest.FixtureRequest) -> ModuleType:
+    return module(request.param)
+
+
+@pytest.fixture(params=BACKENDS)
+def receiver(request: pytest.FixtureRequest) -> ModuleType:
+    return module(request.param)
+
+
+def frame(first: int, size: int = 10) -> bytes:
+    return framing.encode_frame([bytes([first % 256]) * size], epoch=1, segment_txid=1, first_txid=first)
+
+
+class Node:
+    """One TLS data-plane connection served as the node serves it: a Receiver (of the module given)
+    runs the handshake, then reads and acks each run through its session. Without a module, a
+    peer that only runs the handshake (with Python's ssl)."""
+
+    def __init__(self, tls: TlsConfig, rx_module: ModuleType | None, *, answer: bool = True) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.tls = tls
+        self.context = tls.server_ssl_context()
+        self.rx_module = rx_module
+        self.answer = answer
+        self.frames: list[bytes] = []
+        self.commits: list[tuple[int, int]] = []
+        self.outcome: queue.Queue[object] = queue.Queue()
+        self.release = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        conn, _ = self.listener.accept()
+        try:
+            if not self.answer:  # a peer that never answers the ClientHello
+                self.release.wait(WAIT)
+                return
+            if self.rx_module is None:
+                with self.context.wrap_socket(conn, server_side=True) as s:
+                    s.recv(1)
+                return
+            rx = self.rx_module.Receiver(conn)
+            rx.handshake(self.rx_module.TlsServer(self.tls.ca_file, self.tls.cert_file, self.tls.key_file), WAIT)
+            self.outcome.put(identity_of_der(rx.peer_certificate()))
+            self.outcome.put(rx.hello())
+            while (run := rx.next_run()) is not None:
+                frames, commits = run
+                self.frames += frames
+                self.commits += commits
+                if frames:
+                    rx.ack(framing.decode_header(frames[-1][:FRAME_HEADER_SIZE]).last_txid)
+            self.outcome.put("eof")
+            rx.close()
+        except (OSError, ssl.SSLError) as e:
+            self.outcome.put(e)
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        self.release.set()
+        self.listener.close()
+        self.thread.join(WAIT)
+
+
+@pytest.fixture
+def loop(engine: ModuleType) -> Iterator[tuple[Any, queue.Queue[tuple[int, int, str, object]]]]:
+    f = engine.Fanout()
+    events: queue.Queue[tuple[int, int, str, object]] = queue.Queue()
+    t = threading.Thread(target=f.run, args=(lambda *a: events.put(a),), daemon=True)
+    t.start()
+    yield f, events
+    f.stop()
+    t.join(WAIT)
+    f.close()
+
+
+def until_acked(events: queue.Queue[tuple[int, int, str, object]], link: int, txid: int) -> None:
+    while True:
+        ev = events.get(timeout=WAIT)
+        assert ev[0] != link or not ev[2], f"the link failed: {ev}"
+        if ev[0] == link and ev[1] >= txid:
+            return
+
+
+def test_a_tls_link_delivers_every_frame_in_order_and_carries_the_acks(
+    pki: Pki, engine: ModuleType, receiver: ModuleType, loop: tuple[Any, Any]
+) -> None:
+    """Small frames, commit notices and frames far larger than a TLS record and than the socket
+    buffers (partial writes, EPOLLOUT) arrive byte for byte, whichever engine sends them to
+    whichever receiver; the node's acks come back through the session."""
+    f, events = loop
+    node = Node(pki.nodes[0], receiver)
+    sock = socket.create_connection(("127.0.0.1", node.port), timeout=WAIT)
+    tls = engine.TlsClient(pki.clients["alice"].ca_file, pki.clients["alice"].cert_file, pki.clients["alice"].key_file)
+    link = f.add_link(sock, tls=tls, server_name="127.0.0.1", timeout=WAIT)
+    assert f.send(link, wire.encode_hello("j1")) == 0
+    assert node.outcome.get(timeout=WAIT) == "alice"  # the writer's identity, from its verified certificate
+    assert node.outcome.get(timeout=WAIT) == "j1"
+    sent = []
+    for t in range(1, 201):
+        fr = frame(t, size=3 << 20 if t in (50, 51) else 10 + t)
+        commit = wire.encode_commit(1, t - 1) if t % 7 == 0 else None
+        assert f.send(link, fr, t, commit) == 0
+        sent.append(fr)
+    until_acked(events, link, 200)
+    assert node.frames == sent
+    assert node.commits == [(1, t - 1) for t in range(1, 201) if t % 7 == 0]
+    assert f.inflight(link) == (0, 0)
+    f.remove(link)
+    sock.close()
+    assert node.outcome.get(timeout=WAIT) == "eof"
+    node.close()
+
+
+def connect(
+    f: Any, engine: ModuleType, node: Node, client: TlsConfig, name: str = "127.0.0.1", timeout: float = WAIT
+) -> int:
+    sock = socket.create_connection(("127.0.0.1", node.port), timeout=WAIT)
+    try:
+        tls = engine.TlsClient(client.ca_file, client.cert_file, client.key_file)
+        link: int = f.add_link(sock, tls=tls, server_name=name, timeout=timeout)
+        return link
+    finally:
+        sock.close()
+
+
+def test_a_node_certificate_from_another_ca_fails_the_handshake(
+    pki: Pki, engine: ModuleType, loop: tuple[Any, Any]
+) -> None:
+    node = Node(pki.foreign, None)
+    with pytest.raises(TlsError):
+        connect(loop[0], engine, node, pki.clients["alice"])
+    node.close()
+
+
+def test_a_node_certificate_for_another_address_fails_the_handshake(
+    pki: Pki, engine: ModuleType, loop: tuple[Any, Any]
+) -> None:
+    """The node's certificate names 127.0.0.1, ::1 and localhost, not the address dialled."""
+    node = Node(pki.nodes[0], None)
+    with pytest.raises(TlsError):
+        connect(loop[0], engine, node, pki.clients["alice"], name="10.9.8.7")
+    node.close()
+
+
+def test_a_peer_that_never_answers_the_handshake_times_out(pki: Pki, engine: ModuleType, loop: tuple[Any, Any]) -> None:
+    node = Node(pki.nodes[0], None, answer=False)
+    with pytest.raises(TimeoutError):
+        connect(loop[0], engine, node, pki.clients["alice"], timeout=0.3)
+    node.close()
+
+
+def test_a_peer_that_does_not_speak_tls_fails_the_handshake(
+    engine: ModuleType, pki: Pki, loop: tuple[Any, Any]
+) -> None:
+    """A plaintext data plane reads the ClientHello as a bad hello, answers one ERROR and hangs up."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def plaintext_node() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(4096)
+            conn.sendall(wire.encode_error("CORRUPT_FRAME", "bad data-plane hello", 0))
+
+    t = threading.Thread(target=plaintext_node, daemon=True)
+    t.start()
+    sock = socket.create_connection(listener.getsockname(), timeout=WAIT)
+    alice = pki.clients["alice"]
+    with pytest.raises(TlsError):
+        loop[0].add_link(sock, tls=engine.TlsClient(alice.ca_file, alice.cert_file, alice.key_file),
+                         server_name="127.0.0.1", timeout=WAIT)  # fmt: skip
+    sock.close()
+    t.join(WAIT)
+    listener.close()
+
+
+def test_files_that_cannot_be_loaded_are_a_config_error(engine: ModuleType, pki: Pki, tmp_path: Any) -> None:
+    alice = pki.clients["alice"]
+    with pytest.raises(ConfigError):
+        engine.TlsClient(str(tmp_path / "missing.pem"), alice.cert_file, alice.key_file)
+    with pytest.raises(ConfigError):
+        engine.TlsClient(alice.ca_file, alice.cert_file, pki.clients["bob"].key_file)  # not alice's key
+
+
+def test_a_tls_link_needs_the_name_to_check(engine: ModuleType, pki: Pki, loop: tuple[Any, Any]) -> None:
+    alice = pki.clients["alice"]
+    a, b = socket.socketpair()
+    with pytest.raises(ValueError):
+        loop[0].add_link(a, tls=engine.TlsClient(alice.ca_file, alice.cert_file, alice.key_file))
+    a.close()
+    b.close()
