@@ -78,6 +78,7 @@ def serve_node(a: argparse.Namespace, hooks: JournalHooks | None = None) -> int:
         st.data_dir, host=st.rpc_bind, rpc_port=st.rpc_port, data_host=st.data_bind, data_port=st.data_port,
         rpc_advertise=st.rpc_advertise, data_advertise=st.data_advertise, hooks=hooks,
         http_host=st.http_bind, http_port=st.http_port, limits=node_limits(dict(st.limits)),
+        sync_peers=st.sync_peers, sync_interval=st.sync_interval, sync_bandwidth=st.sync_bandwidth,
     ).start()  # fmt: skip
     done = threading.Event()
     got: list[str] = []

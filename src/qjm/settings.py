@@ -28,6 +28,8 @@ DEFAULT_BIND = "127.0.0.1"
 DEFAULT_RPC_PORT = 8485
 DEFAULT_DATA_PORT = 8486
 DEFAULT_HTTP_PORT = 8480  # Hadoop's JournalNode HTTP port
+DEFAULT_SYNC_INTERVAL = 120.0  # Hadoop's dfs.journalnode.sync.interval
+DEFAULT_SYNC_BANDWIDTH = 64 * 1024 * 1024
 CONFIG_ENV = "QJM_CONFIG"
 HADOOP_CONF_ENV = "QJM_HADOOP_CONF"
 
@@ -102,6 +104,36 @@ def _number(kind: type) -> Callable[[Any, str], Any]:
     return convert
 
 
+def _peers(v: Any, where: str) -> tuple[str, ...]:
+    """Other nodes' control planes: ``HOST:PORT`` separated by commas or semicolons, or a journal
+    URI (``qjournal://h:p;h:p/id``, Hadoop's dfs.namenode.shared.edits.dir), whose hosts are taken.
+    The node's own address may be among them (one list for every node)."""
+    text = _text(v, where)
+    if text.startswith("qjournal://"):
+        parse_uri(text)
+        text = text[len("qjournal://") :].split("/", 1)[0]
+    out = []
+    for part in text.replace(";", ",").split(","):
+        if part.strip():
+            host, port = split_host_port(part.strip(), what="peer address")
+            out.append(join_host_port(host, port))
+    if not out:
+        raise ConfigError(f"{where}: no peer address in {v!r}")
+    return tuple(out)
+
+
+def _non_negative(kind: type) -> Callable[[Any, str], Any]:
+    number = _number(kind)
+
+    def convert(v: Any, where: str) -> Any:
+        x = number(v, where)
+        if x < 0:
+            raise ConfigError(f"{where}: must be 0 or more, got {v!r}")
+        return x
+
+    return convert
+
+
 Converter = Callable[[Any, str], Any]
 
 # -- the keys --------------------------------------------------------------------------------------
@@ -135,6 +167,21 @@ NODE_KEYS: dict[str, tuple[Converter, str]] = {
         _number(float),
         "seconds after which a data-plane connection that sends nothing is closed (default 0: never; "
         "TCP keepalive notices a vanished peer)",
+    ),
+    "sync_peers": (
+        _peers,
+        "the other nodes' control planes for catch-up, HOST:PORT,HOST:PORT or a qjournal:// URI "
+        "(Hadoop's dfs.namenode.shared.edits.dir); the node's own address is skipped (default: none, no catch-up)",
+    ),
+    "sync_interval": (
+        _non_negative(float),
+        f"seconds between catch-up rounds (Hadoop's dfs.journalnode.sync.interval; default {DEFAULT_SYNC_INTERVAL:g}; "
+        "0: off)",
+    ),
+    "sync_bandwidth": (
+        _non_negative(int),
+        "bytes a second catch-up downloads may take (Hadoop's dfs.edit.log.transfer.bandwidthPerSec; "
+        f"default {DEFAULT_SYNC_BANDWIDTH}; 0: no limit)",
     ),
 }
 LIMIT_KEYS = ("max_open_journals", "max_data_connections", "frame_memory_mb", "idle_timeout")
@@ -304,6 +351,15 @@ def hadoop_node(path: str) -> dict[str, Value]:
             put("rpc_advertise", rpc[0], "dfs.journalnode.rpc-address")
     if bind_host is not None:
         put("rpc_bind", bind_host, "dfs.journalnode.rpc-bind-host")
+    if props.get("dfs.journalnode.enable.sync", "true").strip().lower() == "false":
+        put("sync_interval", 0, "dfs.journalnode.enable.sync")
+    elif "dfs.journalnode.sync.interval" in props:
+        key = "dfs.journalnode.sync.interval"
+        put("sync_interval", _number(float)(props[key], f"{path}: {key}") / 1000, key)  # milliseconds
+    if SHARED_EDITS_KEY in props:
+        put("sync_peers", props[SHARED_EDITS_KEY], SHARED_EDITS_KEY)
+    if "dfs.edit.log.transfer.bandwidthPerSec" in props:
+        put("sync_bandwidth", props["dfs.edit.log.transfer.bandwidthPerSec"], "dfs.edit.log.transfer.bandwidthPerSec")
     http = _hadoop_address(props, path, "dfs.journalnode.http-address")
     if http is not None:
         host = props.get("dfs.journalnode.http-bind-host", http[0])
@@ -426,6 +482,9 @@ class NodeSettings:
     http_bind: str = DEFAULT_BIND
     http_port: int = DEFAULT_HTTP_PORT
     limits: tuple[tuple[str, Any], ...] = ()  # the LIMIT_KEYS that were set, for NodeLimits
+    sync_peers: tuple[str, ...] = ()
+    sync_interval: float = DEFAULT_SYNC_INTERVAL
+    sync_bandwidth: int = DEFAULT_SYNC_BANDWIDTH
     origins: tuple[tuple[str, str], ...] = ()  # key → where its value came from, for the start log
 
 
@@ -456,6 +515,9 @@ def node_settings(values: Mapping[str, Value]) -> NodeSettings:
         http_bind=get("http_bind", http_host if http_host is not None else rpc_bind),
         http_port=get("http_port", http_port if http_port is not None else DEFAULT_HTTP_PORT),
         limits=tuple((k, values[k].value) for k in LIMIT_KEYS if k in values),
+        sync_peers=get("sync_peers", ()),
+        sync_interval=get("sync_interval", DEFAULT_SYNC_INTERVAL),
+        sync_bandwidth=get("sync_bandwidth", DEFAULT_SYNC_BANDWIDTH),
         origins=tuple((k, v.origin) for k, v in sorted(values.items())),
     )
 
@@ -483,6 +545,6 @@ def metavar(key: str) -> str:
     convert = NODE_KEYS[key][0] if key in NODE_KEYS else CLIENT_KEYS[key][0]
     names: dict[Converter, str] = {
         _host: "HOST", _advertise_host: "HOST", _advertise: "HOST[:PORT]", _host_port: "HOST:PORT",
-        _port: "PORT", _uri: "URI",
+        _port: "PORT", _uri: "URI", _peers: "HOST:PORT,...",
     }  # fmt: skip
     return names.get(convert, "DIR" if key.endswith("_dir") else "VALUE")

@@ -11,19 +11,17 @@ from typing import TypeVar
 import grpc
 
 from qjm import errors
-from qjm._native import framing
 from qjm.errors import QJMError
 from qjm.protocol import convert
 from qjm.protocol import qjournal_pb2 as pb
 from qjm.protocol import qjournal_pb2_grpc as pbg
+from qjm.protocol.download import sent_chunks
 from qjm.protocol.rpcmeta import ERROR_CODE_KEY
 from qjm.server.journal import Journal, unformatted_status
 from qjm.server.registry import JournalRegistry
 
 log = logging.getLogger("qjm.rpc")
 T = TypeVar("T")
-
-CHUNK = 1 << 20
 
 _STATUS: dict[type[QJMError], grpc.StatusCode] = {
     errors.ConfigError: grpc.StatusCode.INVALID_ARGUMENT,
@@ -172,18 +170,16 @@ class QJournalServicer(pbg.QJournalServicer):
         return self._run(context, request.journal_id, go)
 
     def DownloadSegment(self, request: pb.SegmentRequest, context: grpc.ServicerContext) -> Iterator[pb.SegmentChunk]:
-        data, state = self._run(context, request.journal_id, lambda j: j.read_segment_file(request.segment_txid))
-        for off in range(0, max(len(data) - CHUNK, 0), CHUNK):
-            yield pb.SegmentChunk(data=data[off : off + CHUNK])
-        last_off = (max(len(data) - 1, 0) // CHUNK) * CHUNK
-        yield pb.SegmentChunk(
-            data=data[last_off:],
-            last=True,
-            end_txid=state.end_txid,
-            in_progress=state.in_progress,
-            total_bytes=len(data),
-            xxh3=framing.xxh3_64(data),
-        )
+        # The journal's lease covers finding the file; the open file is read outside it, a chunk
+        # at a time, as gRPC's flow control lets the chunks go (design §2.11).
+        d = self._run(context, request.journal_id, lambda j: j.open_download(request.segment_txid))
+        try:
+            yield from sent_chunks(d.chunks(), d.state.end_txid, d.state.in_progress)
+        except QJMError as e:
+            context.set_trailing_metadata(((ERROR_CODE_KEY, errors.to_code(e)),))
+            context.abort(status_for(e), str(e))
+        finally:
+            d.close()
 
     def Status(self, request: pb.JournalIdRequest, context: grpc.ServicerContext) -> pb.NodeStatusResponse:
         def go(j: Journal) -> pb.NodeStatusResponse:

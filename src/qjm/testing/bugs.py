@@ -38,6 +38,12 @@ class ProtocolBugs:
     named or accepted: a node that missed the accept round may hold another writer's copy."""
     restart_segment_of_own_epoch: bool = False
     """A node lets a writer restart a segment that holds the writer's own frames (committed is forever)."""
+    sync_takes_in_progress: bool = False
+    """Catch-up copies a peer's in-progress segment as if it were finalized (design §2.11: only
+    finalized segments are decided)."""
+    sync_replaces_finalized_copy: bool = False
+    """Catch-up replaces a finalized segment here that differs from the peer's instead of refusing
+    it as a divergence (invariant 5: a finalized segment never changes)."""
 
     @property
     def server_side(self) -> bool:
@@ -47,6 +53,8 @@ class ProtocolBugs:
             or self.skip_data_plane_epoch_check
             or self.finalize_any_same_length_copy
             or self.restart_segment_of_own_epoch
+            or self.sync_takes_in_progress
+            or self.sync_replaces_finalized_copy
         )
 
     @property

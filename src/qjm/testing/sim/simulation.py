@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 import threading
 import traceback
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -54,6 +54,7 @@ __all__ = [
 
 
 _UNFENCED_OPS = ("is_formatted", "format", "get_journal_state", "get_edit_log_manifest", "get_journaled_edits")
+SIM_CHUNK = 97  # bytes per download chunk: frames arrive cut in several pieces
 _BATON_TIMEOUT = 120.0  # a writer thread that never yields back is a harness bug, not a slow machine
 
 
@@ -202,15 +203,16 @@ class Simulation:
         bugs = self.bugs if self.bugs is not None and self.bugs.server_side else None
         return Journal(self.nodes[i].storage, fetcher=self.fetch, clock=self.clock, hooks=SimHooks(self, i), bugs=bugs)
 
-    def fetch(self, source: str, journal_id: str, segment: int) -> bytes:
-        """accept_recovery's download from another node (a direct read of its Journal)."""
+    def fetch(self, source: str, journal_id: str, segment: int) -> Iterator[bytes]:
+        """A download from another node (a direct read of its Journal), in small chunks that cut
+        frames, as the network may."""
         node = self.nodes[int(source[1:])]
         if node.journal is None:
             raise NodeUnavailableError(f"{source} is down: cannot download segment {segment}")
         if self.chooser.chance(self.rates.fetch_fail, "fetch_fail"):
             self.stats["fetch_fail"] += 1
             raise NodeUnavailableError(f"injected: download of segment {segment} from {source} failed")
-        return node.journal.read_segment_file(segment)[0]
+        return node.journal.open_download(segment).chunks(SIM_CHUNK)
 
     # -- baton -------------------------------------------------------------------------------
 
