@@ -89,6 +89,7 @@ class MiniJournalCluster:
         host: str = "127.0.0.1",
         server_faults: dict[int, str] | None = None,
         env: dict[str, str] | None = None,
+        sync_interval: float = 0.0,
     ) -> None:
         self._own_dir = base_dir is None
         self.base_dir = base_dir or tempfile.mkdtemp(prefix="qjm-cluster-")
@@ -96,6 +97,7 @@ class MiniJournalCluster:
         self.in_process = in_process
         self.host = host
         self.env = env
+        self.sync_interval = sync_interval  # > 0: every node catches up from the others (design §2.11)
         faults = server_faults or {}
         self.nodes = [
             _Node(
@@ -108,8 +110,15 @@ class MiniJournalCluster:
             )
             for i in range(num_nodes)
         ]
+        started: list[list[str]] = []
         for i in range(num_nodes):
             self._first_start(i)
+            started.append(self.addresses)
+        if sync_interval > 0:
+            # A node that had to take fresh ports moved after the nodes before it learned their peers.
+            for i, seen in enumerate(started):
+                if seen != self.addresses:
+                    self.restart(i)
 
     # -- addresses ---------------------------------------------------------------------------
 
@@ -179,7 +188,8 @@ class MiniJournalCluster:
             hooks = ServerFaults.parse(n.faults) if n.faults else None
             n.inproc = JournalNode(
                 n.data_dir, host=self.host, rpc_port=n.rpc_port, data_port=n.data_port, hooks=hooks,
-                http_port=n.http_port,
+                http_port=n.http_port, sync_peers=self.addresses if self.sync_interval > 0 else (),
+                sync_interval=self.sync_interval,
             ).start()  # fmt: skip
             return
         cmd = [
@@ -190,6 +200,8 @@ class MiniJournalCluster:
         ]  # fmt: skip
         if n.faults:
             cmd += ["--fault", n.faults]
+        if self.sync_interval > 0:
+            cmd += ["--sync-peers", ",".join(self.addresses), "--sync-interval", str(self.sync_interval)]
         env = dict(os.environ, **(self.env or {}))
         with open(os.path.join(self.base_dir, f"jn{i}.log"), "ab") as log:
             n.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, env=env)
