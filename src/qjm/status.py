@@ -76,7 +76,7 @@ def node_health(answers: Sequence[Mapping[str, object]]) -> Health:
 
 
 def _sync_note(sync: object) -> str:
-    """What catch-up did on the node, when it did anything (design §2.11)."""
+    """What catch-up did on the node, when it did anything (design §4.4)."""
     if not isinstance(sync, Mapping):
         return ""
     parts = []

@@ -1,4 +1,4 @@
-"""Downloads hold a chunk, not a segment (design §2.11): a node serving a large finalized segment,
+"""Downloads hold a chunk, not a segment (design §4.3): a node serving a large finalized segment,
 a node catching it up and a reader reading it each grow their resident set by a bounded amount,
 measured on the real processes (``/proc/PID/status``) while the download runs."""
 

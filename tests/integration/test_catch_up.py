@@ -1,4 +1,4 @@
-"""Catch-up on real nodes (design §2.11, Hadoop's JournalNodeSyncer): a node that was down while
+"""Catch-up on real nodes (design §4.4, Hadoop's JournalNodeSyncer): a node that was down while
 segments were finalized copies them from its peers, byte for byte, and says so in its status and
 metrics."""
 

@@ -163,3 +163,31 @@ def _node(state: str, written: int = 10, committed: int = 10, writer: int = 1) -
 def test_status_verdicts(answers: list[dict[str, object]], state: str, code: int) -> None:
     h = node_health(answers)
     assert (h.state, h.exit_code) == (state, code)
+
+
+def test_catch_up_settings(tmp_path: Path) -> None:
+    """sync_peers takes a list or a journal URI; sync_interval and sync_bandwidth are numbers >= 0;
+    Hadoop's keys map onto them."""
+    st = node_settings(
+        gather("journalnode", flags={"data_dir": "/d"}, env={"QJM_SYNC_PEERS": "jn1:8485; jn2:8485,[::1]:9"})
+    )
+    assert st.sync_peers == ("jn1:8485", "jn2:8485", "[::1]:9")
+    assert (st.sync_interval, st.sync_bandwidth) == (120.0, 64 * 1024 * 1024)
+    uri = node_settings(
+        gather("journalnode", flags={"data_dir": "/d", "sync_peers": "qjournal://a:1;b:2;c:3/j", "sync_interval": "0"})
+    )
+    assert (uri.sync_peers, uri.sync_interval) == (("a:1", "b:2", "c:3"), 0.0)
+    with pytest.raises(ConfigError, match="QJM_SYNC_INTERVAL: must be 0 or more"):
+        gather("journalnode", env={"QJM_SYNC_INTERVAL": "-1"})
+    with pytest.raises(ConfigError, match="option --sync-bandwidth: expected an integer"):
+        gather("journalnode", flags={"sync_bandwidth": "fast"})
+    xml = tmp_path / "hdfs-site.xml"
+    xml.write_text(
+        "<configuration>"
+        "<property><name>dfs.namenode.shared.edits.dir</name><value>qjournal://jn1:8485;jn2:8485/ns</value></property>"
+        "<property><name>dfs.journalnode.sync.interval</name><value>30000</value></property>"
+        "<property><name>dfs.edit.log.transfer.bandwidthPerSec</name><value>1000</value></property>"
+        "</configuration>"
+    )
+    h = node_settings(gather("journalnode", flags={"data_dir": "/d"}, hadoop_conf=str(xml)))
+    assert (h.sync_peers, h.sync_interval, h.sync_bandwidth) == (("jn1:8485", "jn2:8485"), 30.0, 1000)

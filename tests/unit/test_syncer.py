@@ -1,4 +1,4 @@
-"""Catch-up (design §2.11) and the streaming scan under it, on MemoryStorage and DiskStorage alike:
+"""Catch-up (design §4.4) and the streaming scan under it, on MemoryStorage and DiskStorage alike:
 what a node copies from a peer, what it refuses, and what a download must be to be taken."""
 
 from __future__ import annotations

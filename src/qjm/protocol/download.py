@@ -1,4 +1,4 @@
-"""Segment downloads on the wire (``DownloadSegment``, design §2.11): one ``SegmentChunk`` per chunk
+"""Segment downloads on the wire (``DownloadSegment``, design §4.3): one ``SegmentChunk`` per chunk
 of the file, the last one carrying what the sender verified (length, xxh3 of the whole), so that
 neither side holds more than a chunk. The receiver's check is here, shared by the client and the
 node; each receiver also verifies every frame as it arrives."""

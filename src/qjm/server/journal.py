@@ -81,12 +81,12 @@ SegmentFetcher = Callable[[str, str, int], Iterable[bytes]]
 it raises, at the latest after the last chunk, if the bytes are not what the sender vouched for."""
 
 DOWNLOAD_CHUNK = 1 << 20
-"""Bytes a download reads and sends at a time (design §2.11): what a node holds per download."""
+"""Bytes a download reads and sends at a time (design §4.3): what a node holds per download."""
 
 
 class SegmentDownload:
     """A segment's valid bytes (header and whole frames) read a chunk at a time from an open file,
-    so that serving a segment of any size holds one chunk (design §2.11). ``state`` is what the
+    so that serving a segment of any size holds one chunk (design §4.3). ``state`` is what the
     node vouches for: the last txid and epoch of those bytes."""
 
     def __init__(self, state: SegmentState, size: int, reader: SegmentReader) -> None:
@@ -678,7 +678,7 @@ class Journal:
 
     def _download_recovery_copy(self, source: str, state: SegmentState, epoch: int) -> None:
         """Stream ``source``'s copy of the segment into the temporary file of ``epoch``, each frame
-        verified as it arrives (design §2.11); it must end where ``state`` says."""
+        verified as it arrives (design §4.3); it must end where ``state`` says."""
         seg = state.start_txid
         scan = SegmentStreamScan(seg)
         try:
@@ -694,7 +694,7 @@ class Journal:
             self.storage.discard_temp_segment(seg, epoch)
             raise
 
-    # -- catch-up (design §2.11) ---------------------------------------------------------------
+    # -- catch-up (design §4.4) ---------------------------------------------------------------
 
     def sync_need(self, start: int, end: int) -> str:
         """What catch-up should do with a peer's finalized segment ``start``-``end``:
@@ -727,7 +727,7 @@ class Journal:
             return verdict
 
     def install_synced(self, start: int, end: int, chunks: Iterable[bytes]) -> str:
-        """Take a peer's finalized segment ``start``-``end`` from ``chunks`` (design §2.11).
+        """Take a peer's finalized segment ``start``-``end`` from ``chunks`` (design §4.4).
 
         The copy is written beside the segments with each frame verified as it arrives (no lock
         held: a download may take long), must hold exactly txids ``start..end``, and is renamed
@@ -812,7 +812,7 @@ class Journal:
 
     def open_download(self, segment: int) -> SegmentDownload:
         """The segment's valid bytes (header and whole frames), for recovery downloads, readers and
-        catch-up, served from an open file a chunk at a time (design §2.11). The lock is held
+        catch-up, served from an open file a chunk at a time (design §4.3). The lock is held
         only to find the file and its valid end; a finalize or purge during the download leaves
         the open file readable."""
         with self._lock:

@@ -66,7 +66,7 @@ class JournalStats:
 
 
 class SyncStats:
-    """What catch-up (``qjm.server.syncer``, design §2.11) did for one journal since the node opened it."""
+    """What catch-up (``qjm.server.syncer``, design §4.4) did for one journal since the node opened it."""
 
     __slots__ = ("bytes", "divergences", "failures", "last_error", "last_run", "runs", "segments_downloaded")
 

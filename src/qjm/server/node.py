@@ -34,7 +34,7 @@ log = logging.getLogger("qjm.node")
 
 def fetch_segment(source: str, journal_id: str, segment: int, timeout: float = 60.0) -> Iterator[bytes]:
     """Download a segment from another node's control plane, a chunk at a time as it arrives
-    (design §2.11), verifying at the end what its sender vouched for. ``timeout`` bounds each wait
+    (design §4.3), verifying at the end what its sender vouched for. ``timeout`` bounds each wait
     for a chunk, not the whole download, which may be gigabytes."""
     with grpc.insecure_channel(source, options=GRPC_OPTIONS) as ch:
         stub = make_stub(ch)
@@ -80,7 +80,7 @@ class JournalNode:
     the bind address; a wildcard bind advertises no host (qjm.addresses).
 
     With ``sync_peers`` (other nodes' control planes) and ``sync_interval`` > 0, a thread runs a
-    catch-up round every ``sync_interval`` seconds (design §2.11), downloading at most
+    catch-up round every ``sync_interval`` seconds (design §4.4), downloading at most
     ``sync_bandwidth`` bytes a second (0: no limit).
 
     The data directory is locked (``<data_dir>/in_use.lock``) for the node's life: a second node
@@ -157,7 +157,7 @@ class JournalNode:
         self._data_thread: threading.Thread | None = None
         self.rpc_address = advertised(host, self.rpc_port, rpc_advertise)
         self.data_address = advertised(self.data_host, self.data_port, data_advertise)
-        # Catch-up (design §2.11): the same peer list may be given to every node; each skips itself.
+        # Catch-up (design §4.4): the same peer list may be given to every node; each skips itself.
         own = {self.rpc_address, self.rpc_bind_address}
         self.sync_peers = [p for p in sync_peers if p not in own]
         self.sync_interval = sync_interval

@@ -171,7 +171,7 @@ class QJournalServicer(pbg.QJournalServicer):
 
     def DownloadSegment(self, request: pb.SegmentRequest, context: grpc.ServicerContext) -> Iterator[pb.SegmentChunk]:
         # The journal's lease covers finding the file; the open file is read outside it, a chunk
-        # at a time, as gRPC's flow control lets the chunks go (design §2.11).
+        # at a time, as gRPC's flow control lets the chunks go (design §4.3).
         d = self._run(context, request.journal_id, lambda j: j.open_download(request.segment_txid))
         try:
             yield from sent_chunks(d.chunks(), d.state.end_txid, d.state.in_progress)

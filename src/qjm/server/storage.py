@@ -22,7 +22,7 @@ Layout under ``<data-dir>/<journal-id>/``::
     current/edits_inprogress_<19 digits>
     current/edits_<19 digits>-<19 digits>
     current/edits_inprogress_<n>.epoch=<E>   recovery download, renamed in after paxos commit
-    current/edits_<n>-<m>.sync       catch-up download (design §2.11), renamed to edits_<n>-<m> once whole
+    current/edits_<n>-<m>.sync       catch-up download (design §4.4), renamed to edits_<n>-<m> once whole
     current/<name>.empty|.stale|.corrupt-tail-<offset>   moved-aside files, never deleted by repair
 """
 
@@ -721,7 +721,7 @@ def _scanned(r: framing.ScanResult, count: int, first: int) -> framing.ScanResul
 
 
 class SegmentStreamScan:
-    """The framing scan of a segment arriving in chunks of any size (design §2.11): each frame is
+    """The framing scan of a segment arriving in chunks of any size (design §4.3): each frame is
     verified (checksum, txids, epochs) as soon as its last byte arrives, holding one chunk and at
     most one unfinished frame, and a download that is not whole frames up to its last byte is
     refused. ``passing(chunks)`` checks each chunk before passing it on, so a writer of the chunks

@@ -1,4 +1,4 @@
-"""Catch-up: a node fetches the finalized segments its peers hold and it lacks (design §2.11;
+"""Catch-up: a node fetches the finalized segments its peers hold and it lacks (design §4.4;
 Hadoop's ``JournalNodeSyncer``, HDFS-4025).
 
 Plain protocol over injected parts, so that the simulation runs this same code: the journal, a

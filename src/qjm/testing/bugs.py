@@ -39,7 +39,7 @@ class ProtocolBugs:
     restart_segment_of_own_epoch: bool = False
     """A node lets a writer restart a segment that holds the writer's own frames (committed is forever)."""
     sync_takes_in_progress: bool = False
-    """Catch-up copies a peer's in-progress segment as if it were finalized (design §2.11: only
+    """Catch-up copies a peer's in-progress segment as if it were finalized (design §4.4: only
     finalized segments are decided)."""
     sync_replaces_finalized_copy: bool = False
     """Catch-up replaces a finalized segment here that differs from the peer's instead of refusing

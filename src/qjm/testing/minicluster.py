@@ -97,7 +97,7 @@ class MiniJournalCluster:
         self.in_process = in_process
         self.host = host
         self.env = env
-        self.sync_interval = sync_interval  # > 0: every node catches up from the others (design §2.11)
+        self.sync_interval = sync_interval  # > 0: every node catches up from the others (design §4.4)
         faults = server_faults or {}
         self.nodes = [
             _Node(

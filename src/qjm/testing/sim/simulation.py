@@ -219,7 +219,7 @@ class Simulation:
             raise NodeUnavailableError(f"injected: download of segment {segment} from {source} failed")
         return node.journal.open_download(segment).chunks(SIM_CHUNK)
 
-    # -- catch-up (design §2.11) -------------------------------------------------------------------
+    # -- catch-up (design §4.4) -------------------------------------------------------------------
 
     def _sync_round(self) -> None:
         """One catch-up round of one node, on a fixed schedule (no random draw, so that the seeds
