@@ -12,6 +12,7 @@ import tempfile
 from typing import Any
 
 from qjm._native import capabilities
+from qjm.bench.download import measure_download_rss
 from qjm.bench.floor import run_c_floors, worker_floor
 from qjm.bench.peers import PEERS, measure
 from qjm.bench.report import peer_goals, peers_table, plot_result, summarise, table
@@ -19,6 +20,7 @@ from qjm.bench.workers import run_peer_worker, run_worker, worker_process_failov
 from qjm.bench.workload import FULL, PURE_SCALE, SMOKE
 
 DESCRIPTION = "qjm against the disk's floor, native against pure, in one run on one disk"
+DOWNLOAD_MIB = 1024  # the segment of the download_rss_mib phase
 
 
 def run(smoke: bool = False, json_out: bool = False, plot: str | None = None, peers: bool = False) -> dict[str, Any]:
@@ -40,6 +42,9 @@ def run(smoke: bool = False, json_out: bool = False, plot: str | None = None, pe
             "native": run_worker("qjm", os.path.join(base, "native"), smoke, pure=False),
             "pure": run_worker("qjm", os.path.join(base, "pure"), smoke, pure=True),
         }
+        # 1 GiB through the writer, a catch-up and a reader: minutes, so not in --smoke (the
+        # integration test runs the same measurement on 120 MiB)
+        download = None if smoke else measure_download_rss(os.path.join(base, "download"), DOWNLOAD_MIB)
         if peers:
             machine["loadavg_before_peers"] = os.getloadavg()
             for name in PEERS:
@@ -54,6 +59,8 @@ def run(smoke: bool = False, json_out: bool = False, plot: str | None = None, pe
         "c_floors": c_floors,
         "raw": raw,
     }
+    if download is not None:
+        result["download_rss_mib"] = download
     if peers:
         result["peers"] = {k: {m: x for m, x in v.items() if m != "latency"} for k, v in peer_raw.items()}
         raw["peers"] = {k: {"latency": v["latency"]} for k, v in peer_raw.items()}

@@ -92,6 +92,9 @@ def table(result: dict[str, Any]) -> str:
     if "ceiling_mbps" in f:
         lines.append("")
         lines.append(ceiling_note(result["summary"]))
+    if "download_rss_mib" in result:
+        lines.append("")
+        lines.append(download_note(result["download_rss_mib"]))
     m = result["machine"]
     lines.append("")
     lines.append(
@@ -100,6 +103,16 @@ def table(result: dict[str, Any]) -> str:
         f"{m['loadavg_after'][0]:.1f} after; capabilities {m['capabilities']}; commit {m['commit'] or '?'}"
     )
     return "\n".join(lines)
+
+
+def download_note(d: dict[str, float]) -> str:
+    """The download_rss_mib phase: what serving, catching up and reading one segment cost in RSS."""
+    return (
+        f"download_rss_mib ({d['segment_mib']:.0f} MiB finalized segment, RSS growth while it streams): "
+        f"node catching it up {d['catch_up']:.1f}, node serving it {d['catch_up_serving']:.1f}, "
+        f"reader {d['reader']:.1f}, node serving the reader {d['reader_serving']:.1f} "
+        f"(read in {d['read_seconds']:.1f} s)"
+    )
 
 
 def c_floor_note(c: dict[str, Any], native: dict[str, Any]) -> str:
