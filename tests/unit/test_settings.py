@@ -10,7 +10,7 @@ from qjm.addresses import advertised, is_wildcard, join_host_port, reachable_at,
 from qjm.config import parse_uri
 from qjm.errors import ConfigError
 from qjm.settings import client_settings, gather, node_settings
-from qjm.status import node_health
+from qjm.status import format_status_table, node_health
 
 
 @pytest.mark.parametrize(
@@ -191,3 +191,12 @@ def test_catch_up_settings(tmp_path: Path) -> None:
     )
     h = node_settings(gather("journalnode", flags={"data_dir": "/d"}, hadoop_conf=str(xml)))
     assert (h.sync_peers, h.sync_interval, h.sync_bandwidth) == (("jn1:8485", "jn2:8485"), 30.0, 1000)
+
+
+def test_status_table_says_what_catch_up_did() -> None:
+    row = {"node": "jn3:8485", "formatted": True, "committed_txid": 9, "highest_written_txid": 9, "writer_epoch": 1}
+    quiet = dict(row, sync={"segments_downloaded": 0, "divergences": 0})
+    busy = dict(row, node="jn2:8485", sync={"segments_downloaded": 3, "divergences": 1})
+    lines = format_status_table(node_health([quiet, busy])).splitlines()
+    assert "caught up" not in lines[1]
+    assert lines[2].endswith("[caught up 3 segment(s), 1 divergence(s)]")
