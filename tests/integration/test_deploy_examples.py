@@ -23,6 +23,7 @@ HDFS_SITE = DEPLOY / "hdfs-site.xml"
 # Where the unit expects the installed qjm and its TOML file.
 INSTALLED_QJM = "/opt/qjm/bin/qjm"
 INSTALLED_TOML = "/etc/qjm/journalnode.toml"
+PEERS = ("jn1.example:8485", "jn2.example:8485", "jn3.example:8485")
 URI = "qjournal://jn1.example:8485;jn2.example:8485;jn3.example:8485/edits"
 
 
@@ -73,6 +74,7 @@ def test_the_sample_toml_is_what_it_says() -> None:
     assert (node.data_dir, node.rpc_bind, node.data_bind) == ("/var/lib/qjm", "0.0.0.0", "0.0.0.0")
     assert (node.rpc_port, node.data_port, node.http_bind, node.http_port) == (8485, 8486, "0.0.0.0", 8480)
     assert (node.rpc_advertise, node.data_advertise) == ("jn1.example", "jn1.example")
+    assert node.sync_peers == PEERS
     client = client_settings(gather("client", config_path=str(TOML), env={}))
     assert client.uri == URI
     assert client.config.timeouts.write_txns == 20.0 and client.config.queued_edits_limit_bytes == 10 << 20
@@ -83,6 +85,7 @@ def test_the_sample_hdfs_site_is_what_it_says() -> None:
     assert (node.data_dir, node.rpc_bind, node.rpc_port) == ("/var/lib/qjm", "0.0.0.0", 8485)
     assert (node.data_bind, node.rpc_advertise, node.data_advertise) == ("0.0.0.0", "jn1.example", "jn1.example")
     assert (node.http_bind, node.http_port) == ("0.0.0.0", 8480)
+    assert node.sync_peers == PEERS  # from dfs.namenode.shared.edits.dir, as Hadoop's JournalNodeSyncer
     client = client_settings(gather("client", hadoop_conf=str(HDFS_SITE), env={}))
     assert client.uri == URI
     assert client.config.timeouts.write_txns == 20.0 and client.config.queued_edits_limit_bytes == 10 << 20
