@@ -33,11 +33,12 @@ from qjm.client.retention import PurgeRequest, parse_age
 from qjm.config import URI_SYNTAX, QJMConfig
 from qjm.errors import ConfigError, InsecureBindError, NodeUnavailableError, QJMError, StorageError
 from qjm.logs import FORMATS, LEVELS, configure_logging
-from qjm.protocol.frame import SEGMENT_HEADER_SIZE
+from qjm.protocol.frame import FRAME_HEADER_SIZE, SEGMENT_HEADER_SIZE
 from qjm.security import certs
 from qjm.server.journal import JournalHooks
 from qjm.server.limits import NodeLimits
 from qjm.server.node import JournalNode
+from qjm.server.storage import scan_segment_windows
 from qjm.settings import (
     CONFIG_ENV,
     HADOOP_CONF_ENV,
@@ -87,6 +88,7 @@ def serve_node(a: argparse.Namespace, hooks: JournalHooks | None = None) -> int:
             rpc_advertise=st.rpc_advertise, data_advertise=st.data_advertise, hooks=hooks,
             http_host=st.http_bind, http_port=st.http_port, limits=node_limits(dict(st.limits)),
             tls=st.tls, authz=st.authz, insecure=st.insecure, peers=st.peers,
+            sync_interval=st.sync_interval, sync_bandwidth=st.sync_bandwidth,
         ).start()  # fmt: skip
     except InsecureBindError as e:
         print(f"qjm journalnode: {e}", file=sys.stderr)
@@ -227,27 +229,37 @@ def _tail(a: argparse.Namespace) -> int:
 
 
 def _dump(a: argparse.Namespace) -> int:
+    # A window at a time (the scan) and a frame at a time (the listing): a segment can be gigabytes.
     try:
-        with open(a.file, "rb") as f:
-            data = f.read()
+        f = open(a.file, "rb")  # noqa: SIM115  (closed below, after the listing)
     except OSError as e:
         print(f"qjm dump: cannot read {a.file}: {e.strerror or e}", file=sys.stderr)
         return 1
-    try:
-        h = framing.decode_segment_header(data)
-    except QJMError as e:
-        print(f"{a.file}: not a qjm segment: {e}")
-        return 1
-    print(f"segment {a.file}: start txid {h.start_txid}, started by epoch {h.epoch}, {len(data)} bytes")
-    res = framing.scan(data, h.start_txid, SEGMENT_HEADER_SIZE)
-    for fh, off in framing.iter_frames(data, h.start_txid, SEGMENT_HEADER_SIZE):
-        print(
-            f"  @{off:<10} frame epoch {fh.epoch} txids {fh.first_txid}-{fh.last_txid} "
-            f"({fh.record_count} records, {fh.payload_len} bytes, xxh3 {fh.payload_xxh3:016x})"
-        )
-        if a.records:
-            for i, rec in enumerate(framing.decode_records(data, off)):
-                print(f"      {fh.first_txid + i}: {rec[:60]!r}{'...' if len(rec) > 60 else ''}")
+
+    def read(offset: int, n: int) -> bytes:
+        f.seek(offset)
+        return f.read(n)
+
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        try:
+            h = framing.decode_segment_header(read(0, SEGMENT_HEADER_SIZE))
+        except QJMError as e:
+            print(f"{a.file}: not a qjm segment: {e}")
+            return 1
+        print(f"segment {a.file}: start txid {h.start_txid}, started by epoch {h.epoch}, {size} bytes")
+        res = scan_segment_windows(read, h.start_txid)
+        off = SEGMENT_HEADER_SIZE
+        while off < res.valid_end:  # every frame before valid_end verified in the scan
+            fh = framing.decode_header(read(off, FRAME_HEADER_SIZE))
+            print(
+                f"  @{off:<10} frame epoch {fh.epoch} txids {fh.first_txid}-{fh.last_txid} "
+                f"({fh.record_count} records, {fh.payload_len} bytes, xxh3 {fh.payload_xxh3:016x})"
+            )
+            if a.records:
+                for i, rec in enumerate(framing.decode_records(read(off, fh.frame_len), 0)):
+                    print(f"      {fh.first_txid + i}: {rec[:60]!r}{'...' if len(rec) > 60 else ''}")
+            off += fh.frame_len
     print(
         f"  {res.frame_count} frames, last txid {res.last_txid}, tail {res.tail}"
         + (f": {res.error}" if res.error else "")

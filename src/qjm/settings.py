@@ -30,6 +30,8 @@ DEFAULT_BIND = "127.0.0.1"
 DEFAULT_RPC_PORT = 8485
 DEFAULT_DATA_PORT = 8486
 DEFAULT_HTTP_PORT = 8480  # Hadoop's JournalNode HTTP port
+DEFAULT_SYNC_INTERVAL = 120.0  # Hadoop's dfs.journalnode.sync.interval
+DEFAULT_SYNC_BANDWIDTH = 64 * 1024 * 1024
 CONFIG_ENV = "QJM_CONFIG"
 HADOOP_CONF_ENV = "QJM_HADOOP_CONF"
 
@@ -96,14 +98,6 @@ def _flag(v: Any, where: str) -> bool:
     raise ConfigError(f"{where}: expected true or false, got {v!r}")
 
 
-def _addresses(v: Any, where: str) -> tuple[str, ...]:
-    """``HOST:PORT`` addresses: a TOML list, or one string with commas between them."""
-    items = v if isinstance(v, list) else _text(v, where).split(",")
-    if not items:
-        raise ConfigError(f"{where}: expected HOST:PORT addresses, got none")
-    return tuple(_host_port(item.strip() if isinstance(item, str) else item, where) for item in items)
-
-
 def _number(kind: type) -> Callable[[Any, str], Any]:
     def convert(v: Any, where: str) -> Any:
         if isinstance(v, bool):
@@ -116,6 +110,38 @@ def _number(kind: type) -> Callable[[Any, str], Any]:
             except ValueError:
                 pass
         raise ConfigError(f"{where}: expected {'an integer' if kind is int else 'a number'}, got {v!r}")
+
+    return convert
+
+
+def _peers(v: Any, where: str) -> tuple[str, ...]:
+    """Other nodes' control planes: a TOML list of ``HOST:PORT``, or them separated by commas or
+    semicolons, or a journal URI (``qjournal://h:p;h:p/id``, Hadoop's dfs.namenode.shared.edits.dir),
+    whose hosts are taken. The node's own address may be among them (one list for every node)."""
+    if isinstance(v, list):
+        v = ",".join(_text(item, where) for item in v)
+    text = _text(v, where)
+    if text.startswith("qjournal://"):
+        parse_uri(text)
+        text = text[len("qjournal://") :].split("/", 1)[0]
+    out = []
+    for part in text.replace(";", ",").split(","):
+        if part.strip():
+            host, port = split_host_port(part.strip(), what="peer address")
+            out.append(join_host_port(host, port))
+    if not out:
+        raise ConfigError(f"{where}: no peer address in {v!r}")
+    return tuple(out)
+
+
+def _non_negative(kind: type) -> Callable[[Any, str], Any]:
+    number = _number(kind)
+
+    def convert(v: Any, where: str) -> Any:
+        x = number(v, where)
+        if x < 0:
+            raise ConfigError(f"{where}: must be 0 or more, got {v!r}")
+        return x
 
     return convert
 
@@ -154,6 +180,16 @@ NODE_KEYS: dict[str, tuple[Converter, str]] = {
         "seconds after which a data-plane connection that sends nothing is closed (default 0: never; "
         "TCP keepalive notices a vanished peer)",
     ),
+    "sync_interval": (
+        _non_negative(float),
+        f"seconds between catch-up rounds (Hadoop's dfs.journalnode.sync.interval; default {DEFAULT_SYNC_INTERVAL:g}; "
+        "0: off)",
+    ),
+    "sync_bandwidth": (
+        _non_negative(int),
+        "bytes a second catch-up downloads may take (Hadoop's dfs.edit.log.transfer.bandwidthPerSec; "
+        f"default {DEFAULT_SYNC_BANDWIDTH}; 0: no limit)",
+    ),
 }
 TLS_KEYS: dict[str, tuple[Converter, str]] = {
     "tls_ca": (_text, "PEM file of the CA certificate(s) trusted for peers (mutual TLS; design §9)"),
@@ -167,9 +203,11 @@ NODE_KEYS["insecure"] = (
     "may read, write, fence or format any journal",
 )
 NODE_KEYS["peers"] = (
-    _addresses,
-    "HOST:PORT control addresses of the journal's nodes, as writers name them; recovery downloads only "
-    "from these (default: any node whose certificate the CA signed, with TLS; anywhere, without)",
+    _peers,
+    "the control addresses of the journal's nodes, as writers name them: a TOML list, HOST:PORT,HOST:PORT "
+    "or a qjournal:// URI (Hadoop's dfs.namenode.shared.edits.dir); the node's own address is skipped. "
+    "Recovery downloads only from these, and catch-up copies missed segments from them (default: none; "
+    "recovery from any node whose certificate the CA signed with TLS, anywhere without; no catch-up)",
 )
 LIMIT_KEYS = ("max_open_journals", "max_data_connections", "frame_memory_mb", "idle_timeout")
 """The node's resource bounds among ``NODE_KEYS`` (``qjm.server.limits.NodeLimits``)."""
@@ -345,6 +383,15 @@ def hadoop_node(path: str) -> dict[str, Value]:
             put("rpc_advertise", rpc[0], "dfs.journalnode.rpc-address")
     if bind_host is not None:
         put("rpc_bind", bind_host, "dfs.journalnode.rpc-bind-host")
+    if props.get("dfs.journalnode.enable.sync", "true").strip().lower() == "false":
+        put("sync_interval", 0, "dfs.journalnode.enable.sync")
+    elif "dfs.journalnode.sync.interval" in props:
+        key = "dfs.journalnode.sync.interval"
+        put("sync_interval", _number(float)(props[key], f"{path}: {key}") / 1000, key)  # milliseconds
+    if SHARED_EDITS_KEY in props:
+        put("peers", props[SHARED_EDITS_KEY], SHARED_EDITS_KEY)
+    if "dfs.edit.log.transfer.bandwidthPerSec" in props:
+        put("sync_bandwidth", props["dfs.edit.log.transfer.bandwidthPerSec"], "dfs.edit.log.transfer.bandwidthPerSec")
     http = _hadoop_address(props, path, "dfs.journalnode.http-address")
     if http is not None:
         host = props.get("dfs.journalnode.http-bind-host", http[0])
@@ -496,6 +543,8 @@ class NodeSettings:
     insecure: bool = False
     authz: Authorizer | None = None  # the [authz] table of --config; None: none given
     peers: tuple[str, ...] | None = None
+    sync_interval: float = DEFAULT_SYNC_INTERVAL
+    sync_bandwidth: int = DEFAULT_SYNC_BANDWIDTH
     origins: tuple[tuple[str, str], ...] = ()  # key → where its value came from, for the start log
 
 
@@ -530,6 +579,8 @@ def node_settings(values: Mapping[str, Value]) -> NodeSettings:
         insecure=get("insecure", False),
         authz=get(AUTHZ_TABLE),
         peers=get("peers"),
+        sync_interval=get("sync_interval", DEFAULT_SYNC_INTERVAL),
+        sync_bandwidth=get("sync_bandwidth", DEFAULT_SYNC_BANDWIDTH),
         origins=tuple((k, v.origin) for k, v in sorted(values.items())),
     )
 
@@ -559,7 +610,7 @@ def metavar(key: str) -> str:
     convert = NODE_KEYS[key][0] if key in NODE_KEYS else CLIENT_KEYS[key][0]
     names: dict[Converter, str] = {
         _host: "HOST", _advertise_host: "HOST", _advertise: "HOST[:PORT]", _host_port: "HOST:PORT",
-        _port: "PORT", _uri: "URI", _addresses: "HOST:PORT,...",
+        _port: "PORT", _uri: "URI", _peers: "HOST:PORT,...",
     }  # fmt: skip
     if key in TLS_KEYS:
         return "FILE"

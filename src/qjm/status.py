@@ -75,6 +75,18 @@ def node_health(answers: Sequence[Mapping[str, object]]) -> Health:
     return Health(state, code, rows, summary)
 
 
+def _sync_note(sync: object) -> str:
+    """What catch-up did on the node, when it did anything (design §4.4)."""
+    if not isinstance(sync, Mapping):
+        return ""
+    parts = []
+    if _int(sync, "segments_downloaded"):
+        parts.append(f"caught up {_int(sync, 'segments_downloaded')} segment(s)")
+    if _int(sync, "divergences"):
+        parts.append(f"{_int(sync, 'divergences')} divergence(s)")
+    return f"  [{', '.join(parts)}]" if parts else ""
+
+
 def format_status_table(h: Health) -> str:
     """One line per node, then the summary."""
     written = [_int(r, "highest_written_txid") for r in h.rows if r["state"] in ("in sync", "behind")]
@@ -97,7 +109,7 @@ def format_status_table(h: Health) -> str:
         w = _int(r, "highest_written_txid")
         lines.append(
             f"{node:<24} {state:<13} {fmt:<9} {_int(r, 'promised_epoch'):>8} {_int(r, 'writer_epoch'):>6} "
-            f"{_int(r, 'committed_txid'):>10} {w:>10} {highest - w:>6}  {shown}"
+            f"{_int(r, 'committed_txid'):>10} {w:>10} {highest - w:>6}  {shown}{_sync_note(r.get('sync'))}"
         )
     lines.append(h.summary)
     return "\n".join(lines)

@@ -24,6 +24,7 @@ HDFS_SITE = DEPLOY / "hdfs-site.xml"
 # Where the unit expects the installed qjm and its TOML file.
 INSTALLED_QJM = "/opt/qjm/bin/qjm"
 INSTALLED_TOML = "/etc/qjm/journalnode.toml"
+PEERS = ("jn1.example:8485", "jn2.example:8485", "jn3.example:8485")
 URI = "qjournal://jn1.example:8485;jn2.example:8485;jn3.example:8485/edits"
 
 
@@ -80,7 +81,7 @@ def test_the_sample_toml_is_what_it_says() -> None:
     assert node.tls is not None and node.tls.cert_file == "/etc/qjm/pki/jn1.pem" and not node.insecure
     assert node.authz is not None and node.authz.allowed("namenode", "edits", "writer")
     assert not node.authz.allowed("namenode", "edits", "admin") and node.authz.allowed("jn2", "edits", "reader")
-    assert node.peers == ("jn1.example:8485", "jn2.example:8485", "jn3.example:8485")
+    assert node.peers == PEERS
     client = client_settings(gather("client", config_path=str(TOML), env={}))
     assert client.tls is not None and client.config.tls == client.tls
     assert client.uri == URI
@@ -92,6 +93,7 @@ def test_the_sample_hdfs_site_is_what_it_says() -> None:
     assert (node.data_dir, node.rpc_bind, node.rpc_port) == ("/var/lib/qjm", "0.0.0.0", 8485)
     assert (node.data_bind, node.rpc_advertise, node.data_advertise) == ("0.0.0.0", "jn1.example", "jn1.example")
     assert (node.http_bind, node.http_port) == ("0.0.0.0", 8480)
+    assert node.peers == PEERS  # from dfs.namenode.shared.edits.dir, as Hadoop's JournalNodeSyncer
     client = client_settings(gather("client", hadoop_conf=str(HDFS_SITE), env={}))
     assert client.uri == URI
     assert client.config.timeouts.write_txns == 20.0 and client.config.queued_edits_limit_bytes == 10 << 20

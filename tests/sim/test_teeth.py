@@ -30,6 +30,7 @@ BOUNDS: dict[str, tuple[int, str | None]] = {
     "finalize_any_same_length_copy": (500, None),  # first hit: seed 6 [117]
     "purge_ignores_open_segment": (1_000, None),  # first hit: seed 143 [20 in the first 1,000]
     "purge_ignores_retention_floor": (100, None),  # first hit: seed 2 [225 in the first 1,000]
+    "sync_takes_in_progress": (1_000, None),  # first hit: seed 187
 }
 # The purge switches: the random search's writers roll by size and age and purge after each roll
 # and sync (RANDOM_WORKLOAD); the exhaustive worlds run fixed plans without purges.
@@ -42,9 +43,14 @@ BOUNDS: dict[str, tuple[int, str | None]] = {
 # Switches the simulator cannot reach yet, each with the directed test that shows its harm: a
 # repeated start of a segment needs a retried or duplicated StartLogSegment, which the simulated
 # network does not model.
+# Catch-up replacing a different finalized copy needs two different finalized copies of one
+# segment, which the correct protocol never makes (invariants 2 and 5): only damage or another bug
+# would give the switch something to replace, so its directed test builds such a pair.
 DIRECTED_ONLY: dict[str, str] = {
     "restart_segment_of_own_epoch": "tests/unit/test_journal.py::"
     "test_tooth_restarting_a_segment_of_the_writers_own_epoch_loses_committed_txids",
+    "sync_replaces_finalized_copy": "tests/unit/test_syncer.py::"
+    "test_tooth_catch_up_replacing_a_different_finalized_copy_changes_a_finalized_segment",
 }
 SEARCHED = tuple(n for n in BUG_NAMES if n not in DIRECTED_ONLY)
 # ack_before_fsync is caught at once by the direct check of invariant 4 (acknowledged only when

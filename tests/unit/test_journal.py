@@ -88,9 +88,9 @@ class Env:
         self._opened.append(st)
         return st
 
-    def fetch(self, source: str, journal_id: str, segment: int) -> bytes:
+    def fetch(self, source: str, journal_id: str, segment: int) -> Iterator[bytes]:
         assert journal_id == JID
-        return self.nodes[source].read_segment_file(segment)[0]
+        return self.nodes[source].open_download(segment).chunks(1000)
 
     def journal(self, node: str = "n0", *, hooks: JournalHooks | None = None, fmt: bool = True) -> Journal:
         j = Journal(self.storage(node), fetcher=self.fetch, hooks=hooks)

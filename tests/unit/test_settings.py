@@ -10,7 +10,7 @@ from qjm.addresses import advertised, is_wildcard, join_host_port, reachable_at,
 from qjm.config import parse_uri
 from qjm.errors import ConfigError
 from qjm.settings import client_settings, gather, load_client_settings, node_settings
-from qjm.status import node_health
+from qjm.status import format_status_table, node_health
 
 
 @pytest.mark.parametrize(
@@ -170,3 +170,38 @@ def test_roll_and_retention_settings_come_from_the_environment() -> None:
     assert (st.config.roll_interval, st.config.roll_bytes, st.config.min_retained_txids) == (30.0, 0, 5)
     with pytest.raises(ConfigError, match="QJM_ROLL_BYTES"):
         load_client_settings(env={"QJM_ROLL_BYTES": "-1"})
+
+
+def test_catch_up_settings(tmp_path: Path) -> None:
+    """peers takes a list or a journal URI; sync_interval and sync_bandwidth are numbers >= 0;
+    Hadoop's keys map onto them."""
+    st = node_settings(gather("journalnode", flags={"data_dir": "/d"}, env={"QJM_PEERS": "jn1:8485; jn2:8485,[::1]:9"}))
+    assert st.peers == ("jn1:8485", "jn2:8485", "[::1]:9")
+    assert (st.sync_interval, st.sync_bandwidth) == (120.0, 64 * 1024 * 1024)
+    uri = node_settings(
+        gather("journalnode", flags={"data_dir": "/d", "peers": "qjournal://a:1;b:2;c:3/j", "sync_interval": "0"})
+    )
+    assert (uri.peers, uri.sync_interval) == (("a:1", "b:2", "c:3"), 0.0)
+    with pytest.raises(ConfigError, match="QJM_SYNC_INTERVAL: must be 0 or more"):
+        gather("journalnode", env={"QJM_SYNC_INTERVAL": "-1"})
+    with pytest.raises(ConfigError, match="option --sync-bandwidth: expected an integer"):
+        gather("journalnode", flags={"sync_bandwidth": "fast"})
+    xml = tmp_path / "hdfs-site.xml"
+    xml.write_text(
+        "<configuration>"
+        "<property><name>dfs.namenode.shared.edits.dir</name><value>qjournal://jn1:8485;jn2:8485/ns</value></property>"
+        "<property><name>dfs.journalnode.sync.interval</name><value>30000</value></property>"
+        "<property><name>dfs.edit.log.transfer.bandwidthPerSec</name><value>1000</value></property>"
+        "</configuration>"
+    )
+    h = node_settings(gather("journalnode", flags={"data_dir": "/d"}, hadoop_conf=str(xml)))
+    assert (h.peers, h.sync_interval, h.sync_bandwidth) == (("jn1:8485", "jn2:8485"), 30.0, 1000)
+
+
+def test_status_table_says_what_catch_up_did() -> None:
+    row = {"node": "jn3:8485", "formatted": True, "committed_txid": 9, "highest_written_txid": 9, "writer_epoch": 1}
+    quiet = dict(row, sync={"segments_downloaded": 0, "divergences": 0})
+    busy = dict(row, node="jn2:8485", sync={"segments_downloaded": 3, "divergences": 1})
+    lines = format_status_table(node_health([quiet, busy])).splitlines()
+    assert "caught up" not in lines[1]
+    assert lines[2].endswith("[caught up 3 segment(s), 1 divergence(s)]")

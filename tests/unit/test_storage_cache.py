@@ -68,10 +68,16 @@ def test_listing_follows_every_change_the_storage_makes(st: DiskStorage) -> None
     assert changed(st, lambda: segment(st, 4, 2)) == [finalized_name(1, 3), ip4]
     assert changed(st, lambda: st.truncate_inprogress(4, SEGMENT_HEADER_SIZE)) == [finalized_name(1, 3), ip4]
     assert changed(st, lambda: st.move_aside(SegmentFile(4, None, ip4), ".empty")) == [finalized_name(1, 3)]
-    assert changed(st, lambda: st.write_temp_segment(4, 2, framing.encode_segment_header(4, 2))) == [
+    assert changed(st, lambda: st.write_temp_segment(4, 2, [framing.encode_segment_header(4, 2)])) == [
         finalized_name(1, 3)
     ]
     assert changed(st, lambda: st.promote_temp_segment(4, 2)) == [finalized_name(1, 3), ip4]
+    assert changed(st, lambda: st.write_sync_segment(20, 30, [b"x"])) == [finalized_name(1, 3), ip4]
+    assert changed(st, lambda: st.install_sync_segment(20, 30)) == [finalized_name(1, 3), ip4, finalized_name(20, 30)]
+    assert changed(st, lambda: st.delete_segment(SegmentFile(20, 30, finalized_name(20, 30)))) == [
+        finalized_name(1, 3),
+        ip4,
+    ]
     assert changed(st, lambda: segment(st, 9, 1)) == [finalized_name(1, 3), ip4, ip9]
     assert changed(st, lambda: st.delete_segment(SegmentFile(9, None, ip9))) == [finalized_name(1, 3), ip4]
     assert changed(st, lambda: st.delete_aside_before(10)) == [finalized_name(1, 3), ip4]

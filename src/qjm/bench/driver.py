@@ -16,6 +16,7 @@ from typing import Any
 
 import qjm
 from qjm._native import capabilities
+from qjm.bench.download import measure_download_rss
 from qjm.bench.floor import run_c_floors, worker_floor
 from qjm.bench.peers import PEERS, measure
 from qjm.bench.pipeline import worker_tail
@@ -24,6 +25,7 @@ from qjm.bench.workers import run_peer_worker, run_worker, worker_process_failov
 from qjm.bench.workload import FULL, PURE_SCALE, RECORD_SIZES, SMOKE, progress
 
 DESCRIPTION = "qjm against the disk's floor, native against pure, in one run on one disk"
+DOWNLOAD_MIB = 1024  # the segment of the download_rss_mib phase
 
 
 class BenchUsageError(ValueError):
@@ -49,6 +51,8 @@ def estimate_seconds(smoke: bool, peers: bool) -> float:
     c_floors = 2 + int(cfg["phases"]) * 2 * (cfg["rounds"] + 200) * 3e-4
     qjm = 4 + tput + phases * cfg["rounds"] * 4e-4 + cfg["failovers"] * 0.1 + 2 * cfg["cold_failovers"] * 1.5
     total = floor + c_floors + 2 * qjm + (len(PEERS) * (15 + 2 * tput + phases * cfg["rounds"] * 1e-3) if peers else 0)
+    if not smoke:
+        total += 90  # download_rss_mib: 1 GiB written, caught up by a node and read
     return total
 
 
@@ -85,6 +89,9 @@ def run(
       batching client, ``durable``, ``version``, ``how``, ``how_batched``; and ``peer_goals``:
       ``best_durable_row`` (peer, client, ratio of qjm native's 1 KiB records/s to it, in words),
       ``latency``, ``throughput`` and ``non_durable`` (the project's goals, met or not);
+    - ``download_rss_mib`` (not in a smoke run): the RSS growth, in MiB, of a node catching up a
+      1 GiB finalized segment, of the node serving it, of a reader reading it and of the node serving
+      that reader, and the read's seconds;
     - with ``tls``: ``summary.native_tls`` (qjm native with mutual TLS on both planes, its
       failovers by other processes not measured) and ``tls_goals`` (each goal's ratio and verdict);
     - ``raw``: every sample of every worker (latency samples per phase, in seconds).
@@ -111,6 +118,12 @@ def run(
         if tls:
             progress(f"qjm native with mutual TLS ({time.monotonic() - t0:.0f} s so far)", False)
             raw["native_tls"] = run_worker("qjm", os.path.join(base, "native_tls"), smoke, pure=False, tls=True)
+        # 1 GiB through the writer, a catch-up and a reader: minutes, so not in --smoke (the
+        # integration test runs the same measurement on 120 MiB)
+        download = None
+        if not smoke:
+            progress(f"download_rss_mib: a {DOWNLOAD_MIB} MiB segment ({time.monotonic() - t0:.0f} s so far)", False)
+            download = measure_download_rss(os.path.join(base, "download"), DOWNLOAD_MIB)
         if peers:
             machine["loadavg_before_peers"] = os.getloadavg()
             for name in PEERS:
@@ -127,6 +140,8 @@ def run(
         "c_floors": c_floors,
         "raw": raw,
     }
+    if download is not None:
+        result["download_rss_mib"] = download
     if peers:
         meta = ("durable", "version", "how", "how_batched")
         result["peers"] = {k: summarise(v) | {m: v[m] for m in meta} for k, v in peer_raw.items()}

@@ -156,6 +156,9 @@ def table(result: dict[str, Any]) -> str:
         if "pipelined_roll_ratio" in v:
             lines.append("")
             lines.append(roll_note(who, v))
+    if "download_rss_mib" in result:
+        lines.append("")
+        lines.append(download_note(result["download_rss_mib"]))
     m = result["machine"]
     lines.append("")
     lines.append(
@@ -241,6 +244,16 @@ def tls_table(result: dict[str, Any]) -> str:
             verdict = f"{sign} {goal}x: {'met' if v['met'] else 'missed'}"
         lines.append(f"| {label} | {unit} | {_fmt(a)} | {_fmt(b)} | {_ratio(b, a):.2f}x | {verdict} |")
     return "\n".join(lines)
+
+
+def download_note(d: dict[str, float]) -> str:
+    """The download_rss_mib phase: what serving, catching up and reading one segment cost in RSS."""
+    return (
+        f"download_rss_mib ({d['segment_mib']:.0f} MiB finalized segment, RSS growth while it streams): "
+        f"node catching it up {d['catch_up']:.1f}, node serving it {d['catch_up_serving']:.1f}, "
+        f"reader {d['reader']:.1f}, node serving the reader {d['reader_serving']:.1f} "
+        f"(read in {d['read_seconds']:.1f} s)"
+    )
 
 
 def c_floor_note(c: dict[str, Any], native: dict[str, Any]) -> str:

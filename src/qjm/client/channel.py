@@ -22,7 +22,6 @@ from functools import partial
 from typing import Any, TypeVar
 
 import grpc
-import xxhash
 
 from qjm import errors
 from qjm._native import backend_of
@@ -38,6 +37,7 @@ from qjm.config import NodeAddress, QJMConfig
 from qjm.errors import NodeUnavailableError, QJMError, WriterCrashedError
 from qjm.protocol import convert
 from qjm.protocol import qjournal_pb2 as pb
+from qjm.protocol.download import verified_chunks
 from qjm.protocol.messages import (
     NO_TXID,
     EditLogManifest,
@@ -487,24 +487,14 @@ class RemoteLogger(NodeStateView[Ticket]):
 
     def read_segment(self, segment: int) -> Iterator[bytes]:
         """Stream a segment's bytes; the sender's length and checksum are verified at the end."""
-        h = xxhash.xxh3_64()
-        total = 0
         req = pb.SegmentRequest(journal_id=self.journal_id, segment_txid=segment)
         try:
-            for chunk in self._stub.DownloadSegment(req, timeout=self.config.timeouts.select_input_streams * 30):
-                h.update(chunk.data)
-                total += len(chunk.data)
-                if chunk.last:
-                    if chunk.total_bytes != total or chunk.xxh3 != h.intdigest():
-                        raise errors.CorruptFrameError(
-                            f"{self._name}: segment {segment} arrived damaged", reason="download"
-                        )
-                    yield chunk.data
-                    return
-                yield chunk.data
+            yield from verified_chunks(
+                self._stub.DownloadSegment(req, timeout=self.config.timeouts.select_input_streams * 30),
+                f"{self._name}: segment {segment}",
+            )
         except grpc.RpcError as e:
             raise error_from_rpc(self._name, e, tls=self.config.tls is not None) from None
-        raise NodeUnavailableError(f"{self._name}: download of segment {segment} ended early")
 
     def follow(self, since: int, heartbeat: float) -> FollowCall:
         """Be pushed this node's committed frames from txid ``since`` on, with a heartbeat every

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -44,14 +44,15 @@ from qjm.protocol.messages import (
     RequestInfo,
     SegmentState,
 )
-from qjm.server.journal_stats import JournalStats
+from qjm.server.journal_stats import JournalStats, SyncStats
 from qjm.server.storage import (
     JournalStorage,
     SegmentAppender,
     SegmentFile,
+    SegmentReader,
+    SegmentStreamScan,
     finalized_name,
     inprogress_name,
-    scan_segment_bytes,
     scan_segment_windows,
 )
 
@@ -79,8 +80,39 @@ PROMISED = "last-promised-epoch"
 WRITER = "last-writer-epoch"
 COMMITTED = "committed-txid"
 
-SegmentFetcher = Callable[[str, str, int], bytes]
-"""fetch(source, journal_id, segment_txid) -> the whole segment file from another node."""
+SegmentFetcher = Callable[[str, str, int], Iterable[bytes]]
+"""fetch(source, journal_id, segment_txid) -> another node's segment file, in chunks as they arrive;
+it raises, at the latest after the last chunk, if the bytes are not what the sender vouched for."""
+
+DOWNLOAD_CHUNK = 1 << 20
+"""Bytes a download reads and sends at a time (design §4.3): what a node holds per download."""
+
+
+class SegmentDownload:
+    """A segment's valid bytes (header and whole frames) read a chunk at a time from an open file,
+    so that serving a segment of any size holds one chunk (design §4.3). ``state`` is what the
+    node vouches for: the last txid and epoch of those bytes."""
+
+    def __init__(self, state: SegmentState, size: int, reader: SegmentReader) -> None:
+        self.state = state
+        self.size = size
+        self._reader = reader
+
+    def chunks(self, chunk: int = DOWNLOAD_CHUNK) -> Iterator[bytes]:
+        """The bytes in order; the file is closed when this ends, fails or is closed early."""
+        try:
+            pos = 0
+            while pos < self.size:
+                data = self._reader.read(pos, min(chunk, self.size - pos))
+                if not data:
+                    raise NotFoundError(f"segment {self.state.start_txid} was cut short at offset {pos} while read")
+                pos += len(data)
+                yield data
+        finally:
+            self._reader.close()
+
+    def close(self) -> None:
+        self._reader.close()
 
 
 class JournalHooks:
@@ -122,7 +154,7 @@ class _OpenSegment:
         return res if res.valid_end == self.appender.size else None
 
 
-def _no_fetcher(source: str, journal_id: str, segment: int) -> bytes:
+def _no_fetcher(source: str, journal_id: str, segment: int) -> Iterable[bytes]:
     raise NotFoundError(f"this node cannot download segment {segment} from {source}: no fetcher configured")
 
 
@@ -165,6 +197,7 @@ class Journal:
         # Scans made during the current new_epoch (its phase 1 scans the newest segment twice)
         self._scan_memo: dict[str, framing.ScanResult] | None = None
         self.stats = JournalStats()
+        self.sync_stats = SyncStats()  # kept by qjm.server.syncer
         if self._ns is not None:
             # A crash between accept_recovery's commit point and its rename leaves the accepted
             # copy in a temp file; put it in place before any call can look at the segment (a
@@ -683,15 +716,7 @@ class Journal:
                     raise InvariantViolation(
                         f"recovery to {state} would discard committed txid {committed} held in {current}"
                     )
-                data = self._fetch(source, self.journal_id, seg)
-                res = scan_segment_bytes(data, seg)
-                if res.last_txid != state.end_txid or (state.epoch and res.last_epoch != state.epoch):
-                    raise CorruptFrameError(
-                        f"downloaded segment {seg} from {source} ends at {res.last_txid} in epoch {res.last_epoch}, "
-                        f"not {state.end_txid} in epoch {state.epoch}",
-                        reason="recovery_length",
-                    )
-                self.storage.write_temp_segment(seg, req.epoch, data[: res.valid_end])
+                self._download_recovery_copy(source, state, req.epoch)
                 downloaded = True
             self.hooks.before_persist_paxos(self.journal_id, seg)
             self.storage.write_paxos(seg, PersistedPaxosData(state, req.epoch))
@@ -700,6 +725,96 @@ class Journal:
                 self.storage.promote_temp_segment(seg, req.epoch)
             self._highest_written = max(self._highest_written, state.end_txid)
             log.info("journal %s: accepted recovery %s in epoch %d", self.journal_id, state, req.epoch)
+
+    def _download_recovery_copy(self, source: str, state: SegmentState, epoch: int) -> None:
+        """Stream ``source``'s copy of the segment into the temporary file of ``epoch``, each frame
+        verified as it arrives (design §4.3); it must end where ``state`` says."""
+        seg = state.start_txid
+        scan = SegmentStreamScan(seg)
+        try:
+            self.storage.write_temp_segment(seg, epoch, scan.passing(self._fetch(source, self.journal_id, seg)))
+            res = scan.finish()
+            if res.last_txid != state.end_txid or (state.epoch and res.last_epoch != state.epoch):
+                raise CorruptFrameError(
+                    f"downloaded segment {seg} from {source} ends at {res.last_txid} in epoch {res.last_epoch}, "
+                    f"not {state.end_txid} in epoch {state.epoch}",
+                    reason="recovery_length",
+                )
+        except BaseException:
+            self.storage.discard_temp_segment(seg, epoch)
+            raise
+
+    # -- catch-up (design §4.4) ---------------------------------------------------------------
+
+    def sync_need(self, start: int, end: int) -> str:
+        """What catch-up should do with a peer's finalized segment ``start``-``end``:
+
+        ``"missing"``: nothing here holds it (download it); ``"stale"``: an in-progress copy here
+        that no writer has open (a node down while the segment was finalized): download the
+        finalized copy and move this one aside; ``"have"``: the same finalized segment is here;
+        ``"busy"``: the segment is open here; ``"diverged"``: a finalized segment here overlaps it
+        with another range, or an in-progress one starts inside it -- never replaced.
+        """
+        with self._lock:
+            if self._ns is None:
+                return "busy"
+            if self._open is not None and self._open.start == start:
+                return "busy"
+            verdict = "missing"
+            replace_finalized = getattr(self._bugs, "sync_replaces_finalized_copy", False)
+            for seg in self.storage.list_segments():
+                if seg.end is not None:
+                    if seg.start == start and seg.end == end:
+                        return "have"
+                    if seg.start == start and replace_finalized:
+                        return "stale"
+                    if seg.start <= end and start <= seg.end:
+                        return "diverged"
+                elif seg.start == start:
+                    verdict = "stale"
+                elif start < seg.start <= end:
+                    return "diverged"
+            return verdict
+
+    def install_synced(self, start: int, end: int, chunks: Iterable[bytes]) -> str:
+        """Take a peer's finalized segment ``start``-``end`` from ``chunks`` (design §4.4).
+
+        The copy is written beside the segments with each frame verified as it arrives (no lock
+        held: a download may take long), must hold exactly txids ``start..end``, and is renamed
+        in only if ``sync_need`` still says so under the lock (a finalize or a recovery may have
+        raced the download). Returns ``"installed"`` or the verdict that stopped it.
+        """
+        scan = SegmentStreamScan(start)
+        try:
+            self.storage.write_sync_segment(start, end, scan.passing(chunks))
+            res = scan.finish()
+            if res.first_txid != start or res.last_txid != end:
+                raise CorruptFrameError(
+                    f"catch-up copy of segment {start}-{end} holds txids {res.first_txid}-{res.last_txid}",
+                    reason="sync_length",
+                )
+        except BaseException:
+            self.storage.discard_sync_segment(start, end)
+            raise
+        with self._lock:
+            verdict = self.sync_need(start, end)
+            if verdict not in ("missing", "stale"):
+                self.storage.discard_sync_segment(start, end)
+                return verdict
+            if verdict == "stale":
+                local = self._find(start)
+                if local is not None:
+                    log.warning(
+                        "journal %s: catch-up replaces the unfinished copy %s with the finalized segment %d-%d "
+                        "(kept as %s.stale)",
+                        self.journal_id, local.name, start, end, local.name,
+                    )  # fmt: skip
+                    self.storage.move_aside(local, ".stale")
+            self.storage.install_sync_segment(start, end)
+            self._remember_finalized(finalized_name(start, end), res)
+            self._highest_written = max(self._highest_written, end)
+            log.info("journal %s: catch-up installed segment %d-%d", self.journal_id, start, end)
+            return "installed"
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -745,22 +860,39 @@ class Journal:
             data = self.storage.read_segment(SegmentFile(seg.start, None, inprogress_name(seg.start)), lo, hi - lo)
             return JournaledEdits(count, data)
 
-    def read_segment_file(self, segment: int) -> tuple[bytes, SegmentState]:
-        """The segment's valid bytes (header and whole frames), for recovery downloads and readers."""
+    def open_download(self, segment: int) -> SegmentDownload:
+        """The segment's valid bytes (header and whole frames), for recovery downloads, readers and
+        catch-up, served from an open file a chunk at a time (design §4.3). The lock is held
+        only to find the file and its valid end; a finalize or purge during the download leaves
+        the open file readable."""
         with self._lock:
             self._check_formatted()
             seg = self._find(segment)
             if seg is None:
                 raise NotFoundError(f"no segment starting at txid {segment} on this node")
-            data = self.storage.read_segment(seg)
-            res = scan_segment_bytes(data, segment)
-            if seg.end is not None and res.last_txid != seg.end:
-                raise CorruptFrameError(
-                    f"finalized segment {seg.name} is damaged: valid frames end at {res.last_txid}, not {seg.end} "
-                    f"({res.error})",
-                    reason="finalized_damaged",
-                )
-            return data[: res.valid_end], SegmentState(segment, res.last_txid, seg.in_progress, res.last_epoch)
+            reader = self.storage.open_segment(seg)
+            try:
+                res = self._open.scan_result() if self._open is not None and self._open.start == segment else None
+                if res is None:
+                    res = self._scan(seg, repair=False)
+                if res is None:
+                    raise CorruptFrameError(f"segment file {seg.name} has no valid header", reason="segment")
+                if seg.end is not None and res.last_txid != seg.end:
+                    raise CorruptFrameError(
+                        f"finalized segment {seg.name} is damaged: valid frames end at {res.last_txid}, not {seg.end} "
+                        f"({res.error})",
+                        reason="finalized_damaged",
+                    )
+            except BaseException:
+                reader.close()
+                raise
+            state = SegmentState(segment, res.last_txid, seg.in_progress, res.last_epoch)
+            return SegmentDownload(state, res.valid_end, reader)
+
+    def read_segment_file(self, segment: int) -> tuple[bytes, SegmentState]:
+        """``open_download`` read whole: for tests and the simulation, whose segments are small."""
+        d = self.open_download(segment)
+        return b"".join(d.chunks()), d.state
 
     # -- following ---------------------------------------------------------------------------
 
@@ -983,6 +1115,7 @@ class Journal:
                 "committed_hints_dropped": self.committed_hints_dropped,
                 "purged_segments": self.stats.purged_segments,
                 "purged_bytes": self.stats.purged_bytes,
+                "sync": self.sync_stats.as_dict(),
             }
 
 
@@ -1018,6 +1151,7 @@ def unformatted_status(journal_id: str) -> dict[str, object]:
         "committed_hints_dropped": 0,
         "purged_segments": 0,
         "purged_bytes": 0,
+        "sync": SyncStats().as_dict(),
     }
 
 

@@ -67,3 +67,21 @@ class JournalStats:
     def record_out_of_sync(self) -> None:
         self.out_of_sync_refused += 1
         self.out_of_sync = True
+
+
+class SyncStats:
+    """What catch-up (``qjm.server.syncer``, design §4.4) did for one journal since the node opened it."""
+
+    __slots__ = ("bytes", "divergences", "failures", "last_error", "last_run", "runs", "segments_downloaded")
+
+    def __init__(self) -> None:
+        self.runs = 0
+        self.segments_downloaded = 0
+        self.bytes = 0  # bytes of installed and discarded downloads alike
+        self.divergences = 0  # peers' finalized segments refused because a different one is here
+        self.failures = 0  # rounds or downloads that failed (peer down, damaged download)
+        self.last_run = 0.0  # wall clock of the end of the last round (0: none since opened)
+        self.last_error = ""
+
+    def as_dict(self) -> dict[str, object]:
+        return {name: getattr(self, name) for name in self.__slots__}

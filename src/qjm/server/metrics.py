@@ -83,6 +83,7 @@ def journal_figures(j: Journal) -> dict[str, object]:
         fenced_requests=s.fenced_refused,
         purged_segments=s.purged_segments,
         purged_bytes=s.purged_bytes,
+        sync=j.sync_stats.as_dict(),
     )
     return out
 
@@ -220,6 +221,21 @@ class NodeMetrics(Collector):
             ),
             "purged_bytes": counter("qjm_journal_purged_bytes", "Bytes of segment files removed by purges", lj),
             "formatted": gauge("qjm_journal_formatted", "1 if the journal is formatted on this node", lj),
+            "sync_segments": counter(
+                "qjm_sync_segments_downloaded",
+                "Finalized segments catch-up copied from peers (Hadoop NumEditLogsSynced)",
+                lj,
+            ),
+            "sync_bytes": counter("qjm_sync_bytes", "Bytes catch-up downloaded from peers", lj),
+            "sync_divergences": counter(
+                "qjm_sync_divergences",
+                "Peers' finalized segments refused because a different finalized segment is here",
+                lj,
+            ),
+            "sync_failures": counter("qjm_sync_failures", "Catch-up rounds or downloads that failed", lj),
+            "sync_last": gauge(
+                "qjm_sync_last_run_timestamp_seconds", "Wall clock of the last catch-up round, 0 if none", lj
+            ),
         }
         syncs = histogram(
             "qjm_journal_sync_seconds", "Duration of the fdatasync making a run of batches durable (Hadoop Syncs)", lj
@@ -240,6 +256,12 @@ class NodeMetrics(Collector):
             fam["purged_segments"].add_metric(label, s.purged_segments)
             fam["purged_bytes"].add_metric(label, s.purged_bytes)
             fam["formatted"].add_metric(label, 0 if st is None else 1)
+            ss = j.sync_stats
+            fam["sync_segments"].add_metric(label, ss.segments_downloaded)
+            fam["sync_bytes"].add_metric(label, ss.bytes)
+            fam["sync_divergences"].add_metric(label, ss.divergences)
+            fam["sync_failures"].add_metric(label, ss.failures)
+            fam["sync_last"].add_metric(label, ss.last_run)
             add_histogram(syncs, label, s.sync_seconds)
             if st is not None:
                 fam["last_written"].add_metric(label, st.highest_written_txid)

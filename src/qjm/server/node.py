@@ -7,24 +7,19 @@ import functools
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent import futures
 from dataclasses import replace
+from typing import Any
 
 import grpc
 
-from qjm._native import framing
 from qjm.addresses import advertised, check_bindable, is_loopback, join_host_port, split_host_port
-from qjm.errors import (
-    BindError,
-    CorruptFrameError,
-    InsecureBindError,
-    NotFoundError,
-    PermissionDeniedError,
-    QJMError,
-    StorageError,
-)
+from qjm.errors import BindError, InsecureBindError, NotFoundError, PermissionDeniedError, QJMError, StorageError
+from qjm.protocol import convert
 from qjm.protocol import qjournal_pb2 as pb
+from qjm.protocol.download import verified_chunks
+from qjm.protocol.messages import RemoteEditLog
 from qjm.protocol.rpcmeta import GRPC_OPTIONS, add_servicer, make_stub, open_channel, server_credentials
 from qjm.security.authz import Authorizer
 from qjm.security.tls import TlsConfig
@@ -36,41 +31,66 @@ from qjm.server.metrics import NodeMetrics
 from qjm.server.registry import JournalRegistry
 from qjm.server.rpc import QJournalServicer
 from qjm.server.storage import journal_ids_on_disk
+from qjm.server.syncer import JournalSyncer, RateLimit
 
 log = logging.getLogger("qjm.node")
 
 
 def fetch_segment(
     source: str, journal_id: str, segment: int, timeout: float = 60.0, *, tls: TlsConfig | None = None
-) -> bytes:
-    """Download a segment from another node's control plane and verify what its sender vouched for.
-    With ``tls`` the download is mutual TLS with this node's certificate, and ``source`` must hold
-    a certificate of the same CA for the host named (design §9.3)."""
+) -> Iterator[bytes]:
+    """Download a segment from another node's control plane, a chunk at a time as it arrives
+    (design §4.3), verifying at the end what its sender vouched for. ``timeout`` bounds each wait
+    for a chunk, not the whole download, which may be gigabytes. With ``tls`` the download is
+    mutual TLS with this node's certificate, and ``source`` must hold a certificate of the same CA
+    for the host named (design §9.3)."""
     with open_channel(source, GRPC_OPTIONS, tls) as ch:
         stub = make_stub(ch)
-        parts: list[bytes] = []
-        last: pb.SegmentChunk | None = None
+        messages = stub.DownloadSegment(pb.SegmentRequest(journal_id=journal_id, segment_txid=segment))
         try:
-            for chunk in stub.DownloadSegment(
-                pb.SegmentRequest(journal_id=journal_id, segment_txid=segment), timeout=timeout
-            ):
-                parts.append(chunk.data)
-                if chunk.last:
-                    last = chunk
+            yield from verified_chunks(_each_within(messages, timeout), f"download of segment {segment} from {source}")
         except grpc.RpcError as e:
             raise NotFoundError(f"download of segment {segment} from {source} failed: {e.details()}") from e
-    data = b"".join(parts)
-    if last is None or last.total_bytes != len(data) or last.xxh3 != framing.xxh3_64(data):
-        raise CorruptFrameError(f"download of segment {segment} from {source} arrived damaged", reason="download")
-    return data
+        finally:
+            messages.cancel()
 
 
-def peer_fetcher(peers: Iterable[str], fetch: Callable[[str, str, int], bytes]) -> Callable[[str, str, int], bytes]:
+def peer_manifest(
+    peer: str, journal_id: str, in_progress_ok: bool, timeout: float = 30.0, *, tls: TlsConfig | None = None
+) -> list[RemoteEditLog]:
+    """A peer's segments of ``journal_id`` (catch-up's comparison, Hadoop's getEditLogManifestFromJournal),
+    over mutual TLS with this node's certificate when ``tls`` is given."""
+    with open_channel(peer, GRPC_OPTIONS, tls) as ch:
+        req = pb.ManifestRequest(journal_id=journal_id, since_txid=1, in_progress_ok=in_progress_ok)
+        try:
+            return list(convert.manifest_from_pb(make_stub(ch).GetEditLogManifest(req, timeout=timeout)).logs)
+        except grpc.RpcError as e:
+            raise NotFoundError(f"{peer} did not list journal {journal_id}: {e.details()}") from e
+
+
+def _each_within(messages: Any, timeout: float) -> Iterator[pb.SegmentChunk]:
+    """The messages of a server stream (gRPC's iterator, which has ``cancel``), cancelling it when
+    one takes longer than ``timeout``."""
+    timer = threading.Timer(timeout, messages.cancel)
+    timer.start()
+    try:
+        for m in messages:
+            timer.cancel()
+            yield m
+            timer = threading.Timer(timeout, messages.cancel)
+            timer.start()
+    finally:
+        timer.cancel()
+
+
+def peer_fetcher(
+    peers: Iterable[str], fetch: Callable[[str, str, int], Iterable[bytes]]
+) -> Callable[[str, str, int], Iterable[bytes]]:
     """``fetch`` restricted to the nodes in ``peers`` (``HOST:PORT`` control addresses): a recovery
     naming any other source is refused before anything is dialled (design §9.3)."""
     allowed = frozenset(join_host_port(*split_host_port(p, what="peer address")) for p in peers)
 
-    def fetch_from_peer(source: str, journal_id: str, segment: int) -> bytes:
+    def fetch_from_peer(source: str, journal_id: str, segment: int) -> Iterable[bytes]:
         try:
             named = join_host_port(*split_host_port(source, what="recovery source"))
         except QJMError:
@@ -104,12 +124,16 @@ class JournalNode:
     ``*_advertise`` addresses (``host`` or ``host:port``) are what clients are told, by default
     the bind address; a wildcard bind advertises no host (qjm.addresses).
 
+    ``peers`` are the control addresses of the journal's nodes (the same list on every node; a node
+    skips its own address). Recovery downloads only from them (design §9.3), and with
+    ``sync_interval`` > 0 a thread runs a catch-up round from them every ``sync_interval`` seconds
+    (design §4.4), downloading at most ``sync_bandwidth`` bytes a second (0: no limit).
+
     The data directory is locked (``<data_dir>/in_use.lock``) for the node's life: a second node
     on it refuses to start. A node that fails to start releases everything it took (ports, lock).
 
     With ``tls`` the control plane requires mutual TLS and ``authz`` decides what each identity may
-    do (design §9); without it a node listens only on loopback unless ``insecure``. ``peers`` (the
-    control addresses of the journal's other nodes) limits where recovery downloads from.
+    do (design §9); without it a node listens only on loopback unless ``insecure``.
     """
 
     def __init__(
@@ -123,7 +147,7 @@ class JournalNode:
         rpc_advertise: str | None = None,
         data_advertise: str | None = None,
         hooks: JournalHooks | None = None,
-        fetcher: Callable[[str, str, int], bytes] | None = None,
+        fetcher: Callable[[str, str, int], Iterable[bytes]] | None = None,
         rpc_workers: int = 16,
         http_port: int | None = None,
         http_host: str | None = None,
@@ -132,6 +156,8 @@ class JournalNode:
         authz: Authorizer | None = None,
         insecure: bool = False,
         peers: Iterable[str] | None = None,
+        sync_interval: float = 120.0,
+        sync_bandwidth: int = 0,
     ) -> None:
         self.host = host
         self.tls = tls.check() if tls is not None else None
@@ -204,6 +230,16 @@ class JournalNode:
         self._data_thread: threading.Thread | None = None
         self.rpc_address = advertised(host, self.rpc_port, rpc_advertise)
         self.data_address = advertised(self.data_host, self.data_port, data_advertise)
+        # Catch-up (design §4.4): the same peer list may be given to every node; each skips itself.
+        own = {self.rpc_address, self.rpc_bind_address}
+        self.sync_peers = [p for p in peers or () if p not in own]
+        self.sync_interval = sync_interval
+        self._sync_limit = RateLimit(sync_bandwidth)
+        self._syncers: dict[str, JournalSyncer] = {}
+        self._fetcher = fetch
+        self._peer_manifest = functools.partial(peer_manifest, tls=tls)
+        self._sync_stop = threading.Event()
+        self._sync_thread: threading.Thread | None = None
 
     @property
     def rpc_bind_address(self) -> str:
@@ -245,6 +281,9 @@ class JournalNode:
         self._data_thread = self.data_server.start()
         if self.http is not None:
             self.http.start()
+        if self.sync_peers and self.sync_interval > 0:
+            self._sync_thread = threading.Thread(target=self._sync_loop, name="qjm-sync", daemon=True)
+            self._sync_thread.start()
         log.info(
             "JournalNode serving %s: control %s (advertised %s, %s), data %s (advertised %s), http %s",
             self.data_dir, self.rpc_bind_address, self.rpc_address, self._security(), self.data_bind_address,
@@ -259,13 +298,41 @@ class JournalNode:
             return "mutual TLS; no [authz] table: every certificate of the CA may do everything"
         return f"mutual TLS, {len(self.authz.grants or {})} identities granted"
 
+    def sync_round(self) -> int:
+        """One catch-up round for every journal on disk; returns the segments installed."""
+        installed = 0
+        for jid in journal_ids_on_disk(self.data_dir):
+            if self._sync_stop.is_set():
+                break
+            try:
+                with self.journals.lease(jid) as j:
+                    syncer = self._syncers.get(jid)
+                    if syncer is None or syncer.journal is not j:  # a journal closed and opened again
+                        syncer = self._syncers[jid] = JournalSyncer(
+                            j, self.sync_peers, self._peer_manifest, self._fetcher, limit=self._sync_limit
+                        )
+                    installed += syncer.run_once()
+            except QJMError as e:
+                log.warning("catch-up of journal %s skipped: %s: %s", jid, type(e).__name__, e)
+        return installed
+
+    def _sync_loop(self) -> None:
+        while not self._sync_stop.wait(self.sync_interval):
+            try:
+                self.sync_round()
+            except Exception:
+                log.exception("catch-up round failed")
+
     def stop(self, grace: float | None = None) -> None:
+        self._sync_stop.set()
         if self.http is not None:
             self.http.stop()
         self.data_server.shutdown()
         self.data_server.server_close()
         self._grpc.stop(grace).wait()
         self.data_server.close_connections()
+        if self._sync_thread is not None:
+            self._sync_thread.join(timeout=(grace or 0) + 30)
         self.journals.close_all()
         if self._lock_fd >= 0:
             unlock_data_dir(self._lock_fd)

@@ -12,12 +12,12 @@ from typing import NoReturn, TypeVar
 import grpc
 
 from qjm import errors
-from qjm._native import framing
 from qjm.config import validate_journal_id
 from qjm.errors import QJMError
 from qjm.protocol import convert
 from qjm.protocol import qjournal_pb2 as pb
 from qjm.protocol import qjournal_pb2_grpc as pbg
+from qjm.protocol.download import sent_chunks
 from qjm.protocol.rpcmeta import ERROR_CODE_KEY, peer_identity
 from qjm.security.authz import ADMIN, READER, WRITER, Authorizer
 from qjm.security.redact import public_message
@@ -27,8 +27,6 @@ from qjm.server.registry import JournalRegistry
 
 log = logging.getLogger("qjm.rpc")
 T = TypeVar("T")
-
-CHUNK = 1 << 20
 
 _STATUS: dict[type[QJMError], grpc.StatusCode] = {
     errors.ConfigError: grpc.StatusCode.INVALID_ARGUMENT,
@@ -245,20 +243,15 @@ class QJournalServicer(pbg.QJournalServicer):
         return self._run(context, request.journal_id, READER, go)
 
     def DownloadSegment(self, request: pb.SegmentRequest, context: grpc.ServicerContext) -> Iterator[pb.SegmentChunk]:
-        data, state = self._run(
-            context, request.journal_id, READER, lambda j: j.read_segment_file(request.segment_txid)
-        )
-        for off in range(0, max(len(data) - CHUNK, 0), CHUNK):
-            yield pb.SegmentChunk(data=data[off : off + CHUNK])
-        last_off = (max(len(data) - 1, 0) // CHUNK) * CHUNK
-        yield pb.SegmentChunk(
-            data=data[last_off:],
-            last=True,
-            end_txid=state.end_txid,
-            in_progress=state.in_progress,
-            total_bytes=len(data),
-            xxh3=framing.xxh3_64(data),
-        )
+        # The journal's lease covers finding the file; the open file is read outside it, a chunk
+        # at a time, as gRPC's flow control lets the chunks go (design §4.3).
+        d = self._run(context, request.journal_id, READER, lambda j: j.open_download(request.segment_txid))
+        try:
+            yield from sent_chunks(d.chunks(), d.state.end_txid, d.state.in_progress)
+        except QJMError as e:
+            self._abort(context, e)
+        finally:
+            d.close()
 
     def Status(self, request: pb.JournalIdRequest, context: grpc.ServicerContext) -> pb.NodeStatusResponse:
         def go(j: Journal) -> pb.NodeStatusResponse:

@@ -22,6 +22,7 @@ Layout under ``<data-dir>/<journal-id>/``::
     current/edits_inprogress_<19 digits>
     current/edits_<19 digits>-<19 digits>
     current/edits_inprogress_<n>.epoch=<E>   recovery download, renamed in after paxos commit
+    current/edits_<n>-<m>.sync       catch-up download (design §4.4), renamed to edits_<n>-<m> once whole
     current/<name>.empty|.stale|.corrupt-tail-<offset>   moved-aside files, never deleted by repair
 """
 
@@ -32,7 +33,7 @@ import functools
 import logging
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Concatenate, ParamSpec, Protocol, TypeVar
 
@@ -118,6 +119,15 @@ class SegmentAppender(Protocol):
     def close(self) -> None: ...
 
 
+class SegmentReader(Protocol):
+    """An open segment file: it keeps reading the same file through a rename (a finalize) or an
+    unlink (a purge), so a download started before either one completes."""
+
+    def read(self, offset: int, length: int) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
 class JournalStorage(Protocol):
     """What ``Journal`` needs from a disk; ``DiskStorage`` here, an in-memory one for the simulation."""
 
@@ -147,6 +157,8 @@ class JournalStorage(Protocol):
 
     def read_segment(self, seg: SegmentFile, offset: int = 0, length: int = -1) -> bytes: ...
 
+    def open_segment(self, seg: SegmentFile) -> SegmentReader: ...
+
     def create_segment(self, start: int, header: bytes) -> SegmentAppender: ...
 
     def truncate_inprogress(self, start: int, valid_end: int) -> None: ...
@@ -168,11 +180,27 @@ class JournalStorage(Protocol):
         """Delete moved-aside files of segments starting below ``min_txid``; returns how many."""
         ...
 
-    def write_temp_segment(self, start: int, epoch: int, data: bytes) -> None: ...
+    def write_temp_segment(self, start: int, epoch: int, chunks: Iterable[bytes]) -> None:
+        """Write a recovery copy from ``chunks`` as they arrive (durable when this returns); an
+        error from ``chunks`` removes the partial file and propagates."""
+        ...
 
     def has_temp_segment(self, start: int, epoch: int) -> bool: ...
 
     def promote_temp_segment(self, start: int, epoch: int) -> None: ...
+
+    def discard_temp_segment(self, start: int, epoch: int) -> None: ...
+
+    def write_sync_segment(self, start: int, end: int, chunks: Iterable[bytes]) -> None:
+        """Write a catch-up copy of finalized segment ``start``-``end`` beside the segments, as
+        ``write_temp_segment`` does."""
+        ...
+
+    def install_sync_segment(self, start: int, end: int) -> None:
+        """Rename the catch-up copy to the finalized segment's name."""
+        ...
+
+    def discard_sync_segment(self, start: int, end: int) -> None: ...
 
     def disk_bytes(self) -> int:
         """Bytes the journal's files take (segments, moved-aside files, small files), for metrics."""
@@ -422,6 +450,15 @@ class DiskStorage:
         except OSError as e:
             raise _storage_error(f"read {seg.name}", e) from e
 
+    def open_segment(self, seg: SegmentFile) -> SegmentReader:
+        path = self._path(seg.name)
+        try:
+            return _FileReader(path, os.open(path, os.O_RDONLY))
+        except FileNotFoundError:
+            raise NotFoundError(f"segment file {seg.name} is gone from {self.current}") from None
+        except OSError as e:
+            raise _storage_error(f"open {seg.name}", e) from e
+
     @_changes_segments
     def create_segment(self, start: int, header: bytes) -> SegmentAppender:
         path = self._path(inprogress_name(start))
@@ -515,25 +552,32 @@ class DiskStorage:
     def _temp_name(self, start: int, epoch: int) -> str:
         return self._path(f"{inprogress_name(start)}.epoch={epoch}")
 
-    @_changes_segments
-    def write_temp_segment(self, start: int, epoch: int, data: bytes) -> None:
-        path = self._temp_name(start, epoch)
+    def _write_staged(self, path: str, chunks: Iterable[bytes], what: str) -> None:
+        """Write ``chunks`` to ``path`` as they arrive, then fsync it and the directory; on any
+        error (the download's included) the partial file is removed."""
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
+                for chunk in chunks:
+                    view = memoryview(chunk)
+                    while view:
+                        view = view[os.write(fd, view) :]
                 os.fsync(fd)
             finally:
                 os.close(fd)
             _fsync_dir(self.current)
-        except OSError as e:
+        except BaseException as e:
             try:
                 os.unlink(path)
             except OSError:
                 pass
-            raise _storage_error(f"write recovery copy {path}", e) from e
+            if isinstance(e, OSError):
+                raise _storage_error(f"write {what} {path}", e) from e
+            raise
+
+    @_changes_segments
+    def write_temp_segment(self, start: int, epoch: int, chunks: Iterable[bytes]) -> None:
+        self._write_staged(self._temp_name(start, epoch), chunks, "recovery copy")
 
     def has_temp_segment(self, start: int, epoch: int) -> bool:
         return os.path.exists(self._temp_name(start, epoch))
@@ -542,6 +586,32 @@ class DiskStorage:
     def promote_temp_segment(self, start: int, epoch: int) -> None:
         os.replace(self._temp_name(start, epoch), self._path(inprogress_name(start)))
         _fsync_dir(self.current)
+
+    @_changes_segments
+    def discard_temp_segment(self, start: int, epoch: int) -> None:
+        _unlink_quietly(self._temp_name(start, epoch))
+
+    def _sync_name(self, start: int, end: int) -> str:
+        return self._path(finalized_name(start, end) + SYNC_SUFFIX)
+
+    @_changes_segments
+    def write_sync_segment(self, start: int, end: int, chunks: Iterable[bytes]) -> None:
+        self._write_staged(self._sync_name(start, end), chunks, "catch-up copy")
+
+    @_changes_segments
+    def install_sync_segment(self, start: int, end: int) -> None:
+        dst = self._path(finalized_name(start, end))
+        if os.path.exists(dst):
+            raise StorageError(f"cannot install a catch-up copy: {dst} already exists")
+        try:
+            os.rename(self._sync_name(start, end), dst)
+            _fsync_dir(self.current)
+        except OSError as e:
+            raise _storage_error(f"install catch-up copy {dst}", e) from e
+
+    @_changes_segments
+    def discard_sync_segment(self, start: int, end: int) -> None:
+        _unlink_quietly(self._sync_name(start, end))
 
     def disk_bytes(self) -> int:
         total = 0
@@ -557,6 +627,35 @@ class DiskStorage:
             except OSError:
                 continue
         return total
+
+
+SYNC_SUFFIX = ".sync"
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+class _FileReader:
+    """``SegmentReader`` on an fd: pread, so that several downloads may share nothing but the file."""
+
+    def __init__(self, path: str, fd: int) -> None:
+        self._path = path
+        self._fd = fd
+
+    def read(self, offset: int, length: int) -> bytes:
+        try:
+            return os.pread(self._fd, length, offset)
+        except OSError as e:
+            raise _storage_error(f"read {self._path}", e) from e
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
 def scan_segment_bytes(data: bytes, start: int) -> framing.ScanResult:
@@ -635,3 +734,76 @@ def _scanned(r: framing.ScanResult, count: int, first: int) -> framing.ScanResul
         tail=r.tail,
         error=r.error,
     )
+
+
+class SegmentStreamScan:
+    """The framing scan of a segment arriving in chunks of any size (design §4.3): each frame is
+    verified (checksum, txids, epochs) as soon as its last byte arrives, holding one chunk and at
+    most one unfinished frame, and a download that is not whole frames up to its last byte is
+    refused. ``passing(chunks)`` checks each chunk before passing it on, so a writer of the chunks
+    never stores a byte past the first bad frame."""
+
+    def __init__(self, start: int) -> None:
+        self.start = start
+        self._buf = bytearray()
+        self._base = 0  # file offset of _buf[0]
+        self._header_done = False
+        self._count = 0
+        self._first = 0
+        self._expected = start
+        self._last_epoch = 0
+
+    def feed(self, chunk: bytes) -> None:
+        buf = self._buf
+        buf += chunk
+        offset = 0
+        if not self._header_done:
+            if len(buf) < SEGMENT_HEADER_SIZE:
+                return
+            h = framing.decode_segment_header(buf)
+            if h.start_txid != self.start:
+                raise CorruptFrameError(f"segment header says start {h.start_txid}, not {self.start}", reason="segment")
+            self._header_done = True
+            offset = SEGMENT_HEADER_SIZE
+        r = framing.scan(
+            buf, self.start, offset, expected_txid=self._expected, last_epoch=self._last_epoch, base=self._base
+        )
+        waiting = r.tail != "clean" and r.error.startswith(("short_header:", "short_payload:"))
+        if r.valid_end < self._base + len(buf) and not waiting:  # a bad frame, or zeros: never a frame's start
+            raise CorruptFrameError(
+                f"segment {self.start} arrived damaged at offset {r.valid_end}: {r.error or 'zeros'}", reason="download"
+            )
+        if r.frame_count:
+            self._count += r.frame_count
+            self._first = self._first or r.first_txid
+            self._expected, self._last_epoch = r.last_txid + 1, r.last_epoch
+        del buf[: r.valid_end - self._base]  # a frame cut by the chunk's end waits for the next chunk
+        self._base = r.valid_end
+
+    def passing(self, chunks: Iterable[bytes]) -> Iterator[bytes]:
+        for chunk in chunks:
+            self.feed(chunk)
+            yield chunk
+
+    def finish(self) -> framing.ScanResult:
+        """The scan of the whole download; raises ``CorruptFrameError`` if it did not end on a
+        frame boundary (or held no whole segment header)."""
+        if not self._header_done:
+            raise CorruptFrameError(
+                f"segment {self.start} arrived without a whole header ({len(self._buf)} bytes)", reason="short_header"
+            )
+        if self._buf:
+            raise CorruptFrameError(
+                f"segment {self.start} arrived with {len(self._buf)} bytes past its last whole frame "
+                f"(offset {self._base})",
+                reason="download",
+            )
+        return framing.ScanResult(
+            valid_end=self._base,
+            frame_count=self._count,
+            first_txid=self._first,
+            last_txid=self._expected - 1,
+            last_epoch=self._last_epoch,
+            tail="clean",
+            error="",
+        )

@@ -43,6 +43,12 @@ class ProtocolBugs:
     does not refuse (design §2.12: the open segment is never purged)."""
     purge_ignores_retention_floor: bool = False
     """The writer's purge bound ignores ``min_retained_txids``: committed txids readers still need go."""
+    sync_takes_in_progress: bool = False
+    """Catch-up copies a peer's in-progress segment as if it were finalized (design §4.4: only
+    finalized segments are decided)."""
+    sync_replaces_finalized_copy: bool = False
+    """Catch-up replaces a finalized segment here that differs from the peer's instead of refusing
+    it as a divergence (invariant 5: a finalized segment never changes)."""
 
     @property
     def server_side(self) -> bool:
@@ -53,6 +59,8 @@ class ProtocolBugs:
             or self.finalize_any_same_length_copy
             or self.restart_segment_of_own_epoch
             or self.purge_ignores_open_segment
+            or self.sync_takes_in_progress
+            or self.sync_replaces_finalized_copy
         )
 
     @property

@@ -19,16 +19,24 @@ Not thread-safe on its own: ``Journal`` serialises every call with its lock.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from qjm.config import validate_journal_id
 from qjm.errors import NotFoundError, StorageError
 from qjm.protocol.messages import NamespaceInfo, PersistedPaxosData
-from qjm.server.storage import SegmentFile, aside_start, finalized_name, inprogress_name, segments_from_names
+from qjm.server.storage import (
+    SYNC_SUFFIX,
+    SegmentFile,
+    aside_start,
+    finalized_name,
+    inprogress_name,
+    segments_from_names,
+)
 
 if TYPE_CHECKING:
-    from qjm.server.storage import JournalStorage, SegmentAppender
+    from qjm.server.storage import JournalStorage, SegmentAppender, SegmentReader
 
 __all__ = ["MemoryStorage"]
 
@@ -51,6 +59,17 @@ class _File:
         """Truncate and fsync, as ``DiskStorage`` does."""
         del self.data[size:]
         self.sync()
+
+
+class _MemReader:
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+
+    def read(self, offset: int, length: int) -> bytes:
+        return self._data[offset : offset + length]
+
+    def close(self) -> None:
+        pass
 
 
 class _MemAppender:
@@ -185,6 +204,12 @@ class MemoryStorage:
         end = len(f.data) if length < 0 else offset + length
         return bytes(f.data[offset:end])
 
+    def open_segment(self, seg: SegmentFile) -> SegmentReader:
+        f = self._files.get(seg.name)
+        if f is None:
+            raise NotFoundError(f"segment file {seg.name} is gone from {self.describe()}")
+        return _MemReader(bytes(f.data))  # like an fd: later renames and appends do not reach it
+
     def create_segment(self, start: int, header: bytes) -> SegmentAppender:
         name = inprogress_name(start)
         f = _File.durable(header)  # O_TRUNC + header + fsync of file and directory
@@ -235,8 +260,8 @@ class MemoryStorage:
     def _temp_name(start: int, epoch: int) -> str:
         return f"{inprogress_name(start)}.epoch={epoch}"
 
-    def write_temp_segment(self, start: int, epoch: int, data: bytes) -> None:
-        self._files[self._temp_name(start, epoch)] = _File.durable(data)
+    def write_temp_segment(self, start: int, epoch: int, chunks: Iterable[bytes]) -> None:
+        self._files[self._temp_name(start, epoch)] = _File.durable(b"".join(chunks))
 
     def has_temp_segment(self, start: int, epoch: int) -> bool:
         return self._temp_name(start, epoch) in self._files
@@ -244,6 +269,22 @@ class MemoryStorage:
     def promote_temp_segment(self, start: int, epoch: int) -> None:
         self._files[inprogress_name(start)] = self._file(self._temp_name(start, epoch))
         del self._files[self._temp_name(start, epoch)]
+
+    def discard_temp_segment(self, start: int, epoch: int) -> None:
+        self._files.pop(self._temp_name(start, epoch), None)
+
+    def write_sync_segment(self, start: int, end: int, chunks: Iterable[bytes]) -> None:
+        self._files[finalized_name(start, end) + SYNC_SUFFIX] = _File.durable(b"".join(chunks))
+
+    def install_sync_segment(self, start: int, end: int) -> None:
+        dst = finalized_name(start, end)
+        if dst in self._files:
+            raise StorageError(f"cannot install a catch-up copy: {dst} already exists")
+        self._files[dst] = self._file(dst + SYNC_SUFFIX)
+        del self._files[dst + SYNC_SUFFIX]
+
+    def discard_sync_segment(self, start: int, end: int) -> None:
+        self._files.pop(finalized_name(start, end) + SYNC_SUFFIX, None)
 
     def disk_bytes(self) -> int:
         return sum(len(f.data) for f in self._files.values())

@@ -91,6 +91,7 @@ class MiniJournalCluster:
         server_faults: dict[int, str] | None = None,
         env: dict[str, str] | None = None,
         pki: Pki | None = None,
+        sync_interval: float = 0.0,
     ) -> None:
         """``pki``: node ``i`` serves mutual TLS with ``pki.nodes[i]`` (no ``[authz]`` table: every
         certificate of the CA may do everything); clients then need ``tls=`` (``client_tls``)."""
@@ -101,6 +102,7 @@ class MiniJournalCluster:
         self.host = host
         self.env = env
         self.pki = pki
+        self.sync_interval = sync_interval  # > 0: every node catches up from the others (design §4.4)
         faults = server_faults or {}
         self.nodes = [
             _Node(
@@ -113,8 +115,15 @@ class MiniJournalCluster:
             )
             for i in range(num_nodes)
         ]
+        started: list[list[str]] = []
         for i in range(num_nodes):
             self._first_start(i)
+            started.append(self.addresses)
+        if sync_interval > 0:
+            # A node that had to take fresh ports moved after the nodes before it learned their peers.
+            for i, seen in enumerate(started):
+                if seen != self.addresses:
+                    self.restart(i)
 
     # -- addresses ---------------------------------------------------------------------------
 
@@ -185,6 +194,7 @@ class MiniJournalCluster:
             n.inproc = JournalNode(
                 n.data_dir, host=self.host, rpc_port=n.rpc_port, data_port=n.data_port, hooks=hooks,
                 http_port=n.http_port, tls=self.pki.nodes[i] if self.pki is not None else None,
+                peers=self.addresses if self.sync_interval > 0 else None, sync_interval=self.sync_interval,
             ).start()  # fmt: skip
             return
         cmd = [
@@ -198,6 +208,8 @@ class MiniJournalCluster:
         if self.pki is not None:
             tls = self.pki.nodes[i]
             cmd += ["--tls-ca", tls.ca_file, "--tls-cert", tls.cert_file, "--tls-key", tls.key_file]
+        if self.sync_interval > 0:
+            cmd += ["--peers", ",".join(self.addresses), "--sync-interval", str(self.sync_interval)]
         env = dict(os.environ, **(self.env or {}))
         with open(os.path.join(self.base_dir, f"jn{i}.log"), "ab") as log:
             n.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, env=env)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 import threading
 import traceback
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -24,9 +24,10 @@ from qjm.errors import (
     QuorumError,
     WriterCrashedError,
 )
-from qjm.protocol.messages import PrepareRecoveryResponse
+from qjm.protocol.messages import PrepareRecoveryResponse, RemoteEditLog
 from qjm.server.data import apply_run
 from qjm.server.journal import COMMITTED, PROMISED, WRITER, Journal
+from qjm.server.syncer import JournalSyncer
 from qjm.testing.bugs import ProtocolBugs
 from qjm.testing.memstore import MemoryStorage
 from qjm.testing.sim.checker import Checker, SimViolation
@@ -56,6 +57,8 @@ __all__ = [
 
 
 _UNFENCED_OPS = ("is_formatted", "format", "get_journal_state", "get_edit_log_manifest", "get_journaled_edits")
+SIM_CHUNK = 97  # bytes per download chunk: frames arrive cut in several pieces
+SYNC_EVERY = 5  # steps between catch-up rounds: node (step / SYNC_EVERY) mod n runs one
 _BATON_TIMEOUT = 120.0  # a writer thread that never yields back is a harness bug, not a slow machine
 
 
@@ -133,6 +136,9 @@ class Simulation:
         self.node_alarms: list[str] = []  # nodes' InvariantViolation replies (see SimResult)
         for w, n in self.workload.slow:
             self._slow[(w, n)] = 0.1
+        self._syncers: dict[int, JournalSyncer] = {}
+        # (node, peer) → the peer's segments as the node's previous round saw them
+        self._seen_manifests: dict[tuple[int, str], list[RemoteEditLog]] = {}
 
     # -- small services ------------------------------------------------------------------------
 
@@ -205,15 +211,62 @@ class Simulation:
         bugs = self.bugs if self.bugs is not None and self.bugs.server_side else None
         return Journal(self.nodes[i].storage, fetcher=self.fetch, clock=self.clock, hooks=SimHooks(self, i), bugs=bugs)
 
-    def fetch(self, source: str, journal_id: str, segment: int) -> bytes:
-        """accept_recovery's download from another node (a direct read of its Journal)."""
+    def fetch(self, source: str, journal_id: str, segment: int) -> Iterator[bytes]:
+        """A download from another node (a direct read of its Journal), in small chunks that cut
+        frames, as the network may."""
         node = self.nodes[int(source[1:])]
         if node.journal is None:
             raise NodeUnavailableError(f"{source} is down: cannot download segment {segment}")
         if self.chooser.chance(self.rates.fetch_fail, "fetch_fail"):
             self.stats["fetch_fail"] += 1
             raise NodeUnavailableError(f"injected: download of segment {segment} from {source} failed")
-        return node.journal.read_segment_file(segment)[0]
+        return node.journal.open_download(segment).chunks(SIM_CHUNK)
+
+    # -- catch-up (design §4.4) -------------------------------------------------------------------
+
+    def _sync_round(self) -> None:
+        """One catch-up round of one node, on a fixed schedule (no random draw, so that the seeds
+        of the other faults keep their meaning). A round acts on the manifest the node's previous
+        round saw of that peer: the writers' deliveries in between race the download and install,
+        as a finalize or a recovery may race a real node's catch-up."""
+        self._sync_node(self.step // SYNC_EVERY % len(self.nodes))
+
+    def _sync_node(self, k: int) -> None:
+        node = self.nodes[k]
+        j = node.journal
+        if j is None:
+            return
+        syncer = self._syncers.get(k)
+        if syncer is None or syncer.journal is not j:
+            peers = [n.name for n in self.nodes if n.index != k]
+            bugs = self.bugs if self.bugs is not None and self.bugs.server_side else None
+            syncer = self._syncers[k] = JournalSyncer(
+                j, peers, lambda peer, jid, ipok: self._stale_manifest(k, peer, ipok), self._sync_fetch,
+                wall=self.clock, bugs=bugs,
+            )  # fmt: skip
+        before = (j.sync_stats.segments_downloaded, j.sync_stats.divergences)
+        syncer.run_once()
+        if (j.sync_stats.segments_downloaded, j.sync_stats.divergences) != before:
+            self.note(
+                f"{node.name} catch-up: {j.sync_stats.segments_downloaded} segment(s) installed, "
+                f"{j.sync_stats.divergences} divergence(s) so far"
+            )
+        self.checker.check_node(node)
+
+    def _stale_manifest(self, k: int, peer: str, in_progress_ok: bool) -> list[RemoteEditLog]:
+        seen = self._seen_manifests.get((k, peer), [])
+        pj = self.nodes[int(peer[1:])].journal
+        if pj is None:
+            raise NodeUnavailableError(f"{peer} is down")
+        self._seen_manifests[(k, peer)] = list(pj.get_edit_log_manifest(1, in_progress_ok).logs)
+        return seen
+
+    def _sync_fetch(self, source: str, journal_id: str, segment: int) -> Iterator[bytes]:
+        """Catch-up's download: like ``fetch`` without its injected failure (no random draw)."""
+        node = self.nodes[int(source[1:])]
+        if node.journal is None:
+            raise NodeUnavailableError(f"{source} is down: cannot download segment {segment}")
+        return node.journal.open_download(segment).chunks(SIM_CHUNK)
 
     # -- baton -------------------------------------------------------------------------------
 
@@ -811,6 +864,8 @@ class Simulation:
     def _step_once(self) -> None:
         self.step += 1
         self._time += 0.001
+        if self.step % SYNC_EVERY == 0:
+            self._sync_round()
         c = self.chooser
         for n in self.nodes:
             if n.journal is None and c.chance(self.rates.node_restart, "node_restart"):
@@ -878,6 +933,30 @@ class Simulation:
             self.checker.fail(f"liveness: with every node up and no faults, the final recovery failed ({final.error})")
         for n in self.nodes:
             self.checker.check_node(n)
+        self._final_catch_up()
+
+    def _final_catch_up(self) -> None:
+        """Every node runs catch-up rounds against each peer, twice (a round acts on the manifest
+        the previous one saw); then every node must hold every finalized segment any node holds,
+        but for a segment it still has open (a writer that died after starting it there, whose
+        successor's promise did not reach the node: only a new epoch closes it)."""
+        for _ in range(2 * (len(self.nodes) - 1)):
+            for k in range(len(self.nodes)):
+                self._sync_node(k)
+        formatted = [n for n in self.nodes if n.journal is not None and n.journal.is_formatted()]
+        held = {n.index: {(x.start_txid, x.end_txid) for x in self._finalized_of(n)} for n in formatted}
+        every = set().union(*held.values())
+        for n in formatted:  # a node never formatted (its format call lost) holds nothing to compare
+            st = n.journal.peek_state() if n.journal is not None else None
+            is_open = st.open_segment_txid if st is not None else 0
+            lacking = sorted(x for x in every - held[n.index] if x[0] != is_open)
+            if lacking:
+                self.checker.fail(f"catch-up: {n.name} lacks finalized segment(s) {lacking} its peers hold")
+
+    @staticmethod
+    def _finalized_of(node: Node) -> list[RemoteEditLog]:
+        assert node.journal is not None
+        return list(node.journal.get_edit_log_manifest(1, False).logs)
 
     def _shutdown(self) -> None:
         """Unwind every writer thread still parked (also after a violation)."""

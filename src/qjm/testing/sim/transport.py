@@ -247,8 +247,8 @@ class SimLogger(NodeStateView[Msg]):
         )
 
     def read_segment(self, segment: int) -> Iterator[bytes]:
-        """Out of band (readers only): the node's valid bytes of ``segment``, read at once."""
-        yield self.sim.fetch(self._name, JOURNAL_ID, segment)
+        """Out of band (readers only): the node's valid bytes of ``segment``, in small chunks."""
+        yield from self.sim.fetch(self._name, JOURNAL_ID, segment)
 
     def send_batch(self, frame: bytes, first_txid: int, last_txid: int) -> Future[int]:
         fut: Future[int] = Future()
