@@ -104,6 +104,8 @@ class ThreadedLink:
                 if msg is None:
                     return
                 self._sock.sendall(msg)
+        except ssl.SSLError as e:  # under TLS 1.3 a node's refusal of our certificate can surface here
+            self._fail(TlsError(f"{self.name}: data plane TLS session failed: {e}"))
         except OSError as e:
             self._fail(NodeUnavailableError(f"{self.name}: data plane send failed: {e}"))
 
