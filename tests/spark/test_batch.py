@@ -137,11 +137,12 @@ def test_write_markers_report_and_serializers(spark: Any, uri: str, tmp_path: Pa
     assert [bytes(r.record) for r in _read(spark, uri).orderBy("txid").collect()] == [b"one", b"two", b"three"]
 
     shown = _records(_read(spark, uri, showMarkers="true"))
-    assert [t for t, *_ in shown] == [1, 2, 3, 4, 5]
-    begin, end = decode_marker(shown[0][3]), decode_marker(shown[-1][3])
-    assert (begin.kind, end.kind, begin.tag, end.tag) == ("begin", "end", rep["tag"], rep["tag"])
-    assert (end.records, end.first, end.last) == (3, 2, 4)
-    assert not any(is_marker(r) for *_, r in shown[1:-1])
+    assert [t for t, *_ in shown] == [1, 2, 3, 4, 5, 6]
+    begin, end, commit = (decode_marker(shown[i][3]) for i in (0, 4, 5))
+    assert [(m.kind, m.tag) for m in (begin, end, commit)] == [(k, rep["tag"]) for k in ("begin", "end", "commit")]
+    assert (end.records, end.first, end.last) == (commit.records, commit.first, commit.last) == (3, 2, 4)
+    assert shown[5][1] == 6  # the driver's commit marker has a segment of its own
+    assert not any(is_marker(r) for *_, r in shown[1:4])
 
     # a string 'record' column is written as UTF-8; serializer=json writes whole rows
     spark.createDataFrame([("héllo",)], "record string").coalesce(1).write.format("qjm").option("uri", uri).mode(
@@ -158,8 +159,8 @@ def test_write_markers_report_and_serializers(spark: Any, uri: str, tmp_path: Pa
     spark.createDataFrame([(b"bare",)], "record binary").coalesce(1).write.format("qjm").option("uri", uri).option(
         "markers", "false"
     ).mode("append").save()
-    last = _records(_read(spark, uri, startTxid=12, showMarkers="true"))
-    assert [(t, r) for t, _, _, r in last] == [(12, b"bare")]
+    last = _records(_read(spark, uri, startTxid=15, showMarkers="true"))
+    assert [(t, r) for t, _, _, r in last] == [(15, b"bare")]
 
     # user records may never pass for markers
     fake = spark.createDataFrame([(qjm.spark.MAGIC + b"{}",)], "record binary").coalesce(1)
@@ -171,6 +172,41 @@ def test_more_than_one_input_partition_is_refused(spark: Any, uri: str) -> None:
     df = spark.range(0, 10, 1, 2).select(F.col("id").cast("string").alias("record"))
     msg = _error(lambda: df.write.format("qjm").option("uri", uri).mode("append").save())
     assert "single input partition" in msg and "coalesce(1)" in msg
+
+
+def _count(spark: Any, uri: str, **options: object) -> int:
+    return int(_read(spark, uri, includeInProgress="true", **options).count())
+
+
+def test_a_failed_save_leaves_nothing_visible(spark: Any, uri: str) -> None:
+    """The issue's reproduction: two input partitions, no coalesce(1); partition 0 may have written."""
+    df = spark.range(0, 200000, 1, 2).select(F.col("id").cast("string").alias("record"))
+    msg = _error(lambda: df.write.format("qjm").option("uri", uri).option("create", "true").mode("append").save())
+    assert "single input partition" in msg
+    assert _count(spark, uri) == 0
+    # Partition 0's task may still be writing (Spark does not wait for it): the next writer fences it.
+    w = qjm.open_writer(uri)
+    w.append(b"next")
+    w.close()
+    assert [bytes(r.record) for r in _read(spark, uri).collect()] == [b"next"]
+    raw = _read(spark, uri, isolation="read_uncommitted").collect()
+    assert bytes(raw[-1].record) == b"next" and len(raw) == len({r.txid for r in raw})
+
+
+def test_a_save_failing_midway_is_hidden_and_the_raw_view_shows_it(spark: Any, uri: str) -> None:
+    df = spark.range(0, 5000, 1, 1).select(F.col("id").cast("string").alias("record"))
+    ok = spark.createDataFrame([(b"kept",)], "record binary").coalesce(1)
+    ok.write.format("qjm").option("uri", uri).option("create", "true").mode("append").save()
+    failing = df.write.format("qjm").option("uri", uri).option("_test.failAfterRecords", "1234").mode("append")
+    assert "injected failure" in _error(failing.save)
+    assert [bytes(r.record) for r in _read(spark, uri).collect()] == [b"kept"]
+    raw = _read(spark, uri, isolation="read_uncommitted", showMarkers="true").orderBy("txid").collect()
+    assert [bytes(r.record) for r in raw if not is_marker(r.record)] == [b"kept"] + [b"%d" % i for i in range(1234)]
+    kinds = [decode_marker(bytes(r.record)).kind for r in raw if is_marker(r.record)]
+    assert kinds == ["begin", "end", "commit", "begin", "abort"]
+    ok.write.format("qjm").option("uri", uri).mode("append").save()  # later writes are visible again
+    assert [bytes(r.record) for r in _read(spark, uri).collect()] == [b"kept", b"kept"]
+    assert "option 'isolation'" in _error(lambda: _read(spark, uri, isolation="serializable"))
 
 
 def test_million_records_round_trip(spark: Any, uri: str) -> None:

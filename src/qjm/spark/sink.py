@@ -5,13 +5,17 @@ partition: ``df.coalesce(1)``; a task of any other partition fails at once, befo
 journal). That task opens its own fenced writer: a retried or restarted attempt fences the one
 it replaces, which can then append nothing more.
 
-Each batch goes out as ``begin`` marker, records, ``end`` marker (``qjm.spark.markers``). Before
-writing, an attempt that may repeat earlier work scans the journal's tail for this query's (or
-write's) last marker and
+Each batch goes out as ``begin`` marker, records, ``end`` marker (``qjm.spark.markers``); once
+Spark's driver commits the job (or micro-batch), it writes a ``commit`` marker in a segment of its
+own, and a failed batch write gets an ``abort`` marker: readers show only committed batches by
+default (``qjm.spark.transactions``). Before writing, an attempt that may repeat earlier work
+scans the journal's tail for this query's (or write's) last marker and
 
-* skips the batch if its ``end`` marker is there (the sink finished but Spark did not record it);
+* skips the batch if its ``end`` or ``commit`` marker is there (the sink finished but Spark did
+  not record it);
 * resumes after the records already there if only its ``begin`` marker is, checking that they
-  equal the start of the replayed input (a replay must be deterministic, as Spark requires);
+  equal the start of the replayed input (a replay must be deterministic, as Spark requires); the
+  resumed part starts with a ``resume`` marker, so readers see it continues the batch;
 * writes it whole otherwise.
 """
 
@@ -122,8 +126,10 @@ class _Found:
     marker: Marker
 
 
-def last_marker(client: JournalClient, tag: str, until: int) -> _Found | None:
-    """This tag's newest marker, scanning finalized segments from the newest back.
+def last_marker(
+    client: JournalClient, tag: str, until: int, kinds: tuple[str, ...] | None = None
+) -> _Found | None:
+    """This tag's newest marker (of one of ``kinds``), scanning finalized segments from the newest back.
 
     Markers are written alone in their frame, so only one-record frames are decoded. Usually the
     newest segment holds the marker; the first batch of a brand-new query downloads every segment.
@@ -136,7 +142,7 @@ def last_marker(client: JournalClient, tag: str, until: int) -> _Found | None:
             for i, rec in enumerate(chunk.records):
                 if rec[:2] == MAGIC[:2] and rec.startswith(MAGIC):
                     m = decode_marker(rec)
-                    if m.tag == tag:
+                    if m.tag == tag and (kinds is None or m.kind in kinds):
                         found = _Found(chunk.first + i, m)
         if found is not None:
             return found
@@ -188,8 +194,10 @@ class _Replay:
 
     done: WriteCommit | None = None
     begin_txid: int = 0  # its begin marker, when resuming
-    written: int = 0  # records after that marker
+    written: int = 0  # user records after that marker
     digest: int = 0  # over those records (length-prefixed)
+    first: int = 0  # txids of the first and last of them
+    last: int = 0
 
 
 def _replay_state(w: Writer, opts: WriteOptions, tag: str, batch: int) -> _Replay:
@@ -198,23 +206,35 @@ def _replay_state(w: Writer, opts: WriteOptions, tag: str, batch: int) -> _Repla
         if found is None:
             return _Replay()
         m = found.marker
-        if m.kind == "end" and m.batch >= batch:
+        if m.kind in ("end", "commit") and m.batch >= batch:
             log.info("qjm sink: %s batch %d is already in the journal; skipping", tag, batch)
             return _Replay(done=WriteCommit(tag, batch, m.first, m.last, m.records, w.epoch, skipped=True))
-        if m.kind == "begin" and m.batch > batch:
+        if m.kind in ("begin", "resume") and m.batch > batch:
             raise ReplayMismatchError(
                 f"the journal holds batch {m.batch} of {tag} but Spark asks for batch {batch}: "
                 "is the checkpoint older than the journal?"
             )
+        if m.kind == "resume" and m.batch == batch:
+            found = last_marker(jc, tag, found.txid, ("begin",))
+            if found is None or found.marker.batch != batch:
+                raise ReplayMismatchError(f"batch {batch} of {tag} was resumed, but its begin marker is gone")
+            m = found.marker
         if m.kind == "begin" and m.batch == batch:
             h = xxhash.xxh3_64()
-            for _, rec in jc.records(found.txid + 1, w.last_txid):
+            replay = _Replay(begin_txid=found.txid)
+            for txid, rec in jc.records(found.txid + 1, w.last_txid):
                 if rec.startswith(MAGIC):
+                    r = decode_marker(rec)
+                    if (r.kind, r.tag, r.batch) == ("resume", tag, batch):
+                        continue
                     raise ReplayMismatchError(f"a marker inside the unfinished batch {batch} of {tag}")
                 _hash_into(h, rec)
-            written = w.last_txid - found.txid
-            log.info("qjm sink: resuming %s batch %d after %d records already written", tag, batch, written)
-            return _Replay(begin_txid=found.txid, written=written, digest=h.intdigest())
+                replay.written += 1
+                replay.first = replay.first or txid
+                replay.last = txid
+            replay.digest = h.intdigest()
+            log.info("qjm sink: resuming %s batch %d after %d records already written", tag, batch, replay.written)
+            return replay
         if m.kind == "begin":
             log.warning("qjm sink: batch %d of %s was left unfinished at txid %d", m.batch, tag, found.txid)
         return _Replay()
@@ -226,13 +246,12 @@ def _write(
     replay = _replay_state(w, opts, tag, batch) if opts.markers and may_repeat else _Replay()
     if replay.done is not None:
         return replay.done
-    if replay.begin_txid:
-        first = replay.begin_txid + 1
-    else:
-        if opts.markers:
-            w.append(Marker("begin", tag, batch).encode())
-            w.sync()  # markers travel alone in their frame: the tail scan decodes nothing else
-        first = w.last_txid + 1
+    if opts.markers:
+        # Markers travel alone in their frame, first in the segment: the tail scan decodes
+        # nothing else, and readers find transactions from segment heads.
+        w.append(Marker("resume" if replay.begin_txid else "begin", tag, batch).encode())
+        w.sync()
+    first = w.last_txid + 1
     skip = replay.written
     seen = xxhash.xxh3_64()
     failer = _Failer(opts, batch)
@@ -263,12 +282,43 @@ def _write(
     if skip:
         raise ReplayMismatchError(f"replayed batch {batch} of {tag} has fewer records than were already written")
     last = w.last_txid
-    records = last - first + 1
-    lo, hi = (first, last) if records else (0, 0)
+    new = last - first + 1
+    records = replay.written + new
+    lo = replay.first if replay.written else first
+    hi = last if new else replay.last
+    if not records:
+        lo = hi = 0
     if opts.markers:
         w.sync()
         w.append(Marker("end", tag, batch, records, lo, hi).encode())
     return WriteCommit(tag, batch, lo, hi, records, w.epoch, resumed=replay.written)
+
+
+def decide(opts: WriteOptions, marker: Marker) -> None:
+    """Write the driver's ``commit`` or ``abort`` marker, alone in a segment of its own writer."""
+    w = open_writer(opts.uri, config=opts.config)
+    try:
+        w.append(marker.encode())
+        w.close()
+    except BaseException:
+        w.abort()
+        raise
+
+
+def commit_all(opts: WriteOptions, messages: list[WriterCommitMessage | None]) -> None:
+    """Spark's driver commits: each task's batch becomes visible to read-committed readers."""
+    for m in messages:
+        if isinstance(m, WriteCommit):
+            decide(opts, Marker("commit", m.tag, m.batch, m.records, m.first_txid, m.last_txid))
+
+
+def abort_batch(opts: WriteOptions, tag: str, batch: int) -> None:
+    """Best effort: readers treat an unfinished batch followed by anything else as aborted anyway;
+    the marker only lets a waiting stream go on at once."""
+    try:
+        decide(opts, Marker("abort", tag, batch))
+    except QJMError as e:
+        log.warning("qjm sink: could not mark %s batch %d aborted (%s)", tag, batch, e)
 
 
 def report(opts: WriteOptions, messages: list[WriterCommitMessage | None]) -> None:
@@ -298,11 +348,15 @@ class QJMBatchWriter(DataSourceArrowWriter):
         return write_task(self.opts, self.write_id, 0, iterator, may_repeat=attempt > 0)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        if self.opts.markers:
+            commit_all(self.opts, messages)
         report(self.opts, messages)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        """Nothing to undo: records that reached the journal stay, framed by a begin marker without end."""
+        """Records that reached the journal stay; the abort marker hides them from default readers."""
         log.warning("qjm sink: write %s aborted", self.write_id)
+        if self.opts.markers:
+            abort_batch(self.opts, self.write_id, 0)
 
 
 class QJMStreamWriter(DataSourceStreamArrowWriter):
@@ -325,6 +379,7 @@ class QJMStreamWriter(DataSourceStreamArrowWriter):
         return write_task(self.opts, f"query-{query}", int(batch), iterator, may_repeat=True)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        commit_all(self.opts, messages)
         report(self.opts, messages)
         f = self.opts.fail
         if f.in_commit and f.once_file and not os.path.exists(f.once_file):
@@ -333,5 +388,6 @@ class QJMStreamWriter(DataSourceStreamArrowWriter):
             raise InjectedFailure(f"injected failure after batch {batchId} was written (_test.failInCommit)")
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Nothing to undo: the replay of this batch resumes or skips it (module docstring)."""
+        """No abort marker: the replay of this batch resumes or skips it (module docstring), and
+        read-committed streams wait for it."""
         log.warning("qjm sink: batch %d aborted; its replay will resume it", batchId)
