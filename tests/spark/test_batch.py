@@ -37,8 +37,14 @@ def _records(df: Any) -> list[tuple[int, int, int, bytes]]:
 
 
 def test_options_are_checked(spark: Any, uri: str) -> None:
-    # through Spark: our message reaches the user at load()/save() time
-    assert "option 'uri' is required" in _error(lambda: spark.read.format("qjm").load().collect())
+    # through Spark: our message reaches the user at load()/save() time, before any action
+    assert "option 'uri' is required" in _error(lambda: spark.read.format("qjm").load())
+    assert "option 'startTxid'" in _error(
+        lambda: spark.read.format("qjm").option("uri", uri).option("startTxid", "x").load()
+    )
+    bad_stream = spark.readStream.format("qjm").option("uri", uri).option("maxRecordsPerTrigger", "0")
+    assert "option 'maxRecordsPerTrigger'" in _error(bad_stream.load)
+    assert "option 'uri' is required" in _error(spark.readStream.format("qjm").load)
     assert "fixed schema" in _error(
         lambda: spark.read.format("qjm").schema("x long").option("uri", uri).load().collect()
     )
@@ -98,6 +104,30 @@ def test_read_columns_segments_epochs_and_ranges(spark: Any, uri: str) -> None:
     assert _records(_read(spark, uri, startTxid=5, endTxid=17)) == want[4:17]
     assert _records(_read(spark, uri, startTxid=20, endTxid=1000)) == want[19:]
     assert _read(spark, uri, startTxid=23).count() == 0
+
+
+def test_txid_filters_read_only_the_segments_they_overlap(spark: Any, uri: str) -> None:
+    w = qjm.open_writer(uri, create=True)
+    for k in range(5):  # segments 1-100, 101-200, ..., 401-500
+        w.append_many(b"%d" % (k * 100 + i + 1) for i in range(100))
+        w.roll()
+    w.close()
+    everything = _read(spark, uri)
+    assert everything.rdd.getNumPartitions() == 5
+    cases = {
+        "txid BETWEEN 150 AND 260": (2, list(range(150, 261))),
+        "txid >= 420": (1, list(range(420, 501))),
+        "txid < 101": (1, list(range(1, 101))),
+        "txid = 333": (1, [333]),
+        "txid > 200 AND txid <= 300 AND epoch > 0": (1, list(range(201, 301))),
+        "txid > 500": (0, []),
+    }
+    for where, (parts, txids) in cases.items():
+        df = everything.where(where)
+        assert df.rdd.getNumPartitions() == parts, where
+        assert [(r.txid, bytes(r.record)) for r in df.orderBy("txid").collect()] == [(t, b"%d" % t) for t in txids]
+    assert everything.where("txid IN (5, 7)").count() == 2
+    assert everything.where("txid = 5 OR txid = 450").count() == 2  # not pushed (OR): still right
 
 
 def test_in_progress_records_only_when_asked(spark: Any, uri: str) -> None:

@@ -36,11 +36,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 from pyspark import TaskContext
-from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType
 
 from qjm.client.writer import Writer, open_writer
 from qjm.errors import ConfigError, QJMError
+from qjm.spark.compat import StreamWriterBase, arrow_batches
 from qjm.spark.journal import JournalClient
 from qjm.spark.markers import MAGIC, Marker, decode_marker
 from qjm.spark.options import WriteOptions
@@ -126,9 +127,7 @@ class _Found:
     marker: Marker
 
 
-def last_marker(
-    client: JournalClient, tag: str, until: int, kinds: tuple[str, ...] | None = None
-) -> _Found | None:
+def last_marker(client: JournalClient, tag: str, until: int, kinds: tuple[str, ...] | None = None) -> _Found | None:
     """This tag's newest marker (of one of ``kinds``), scanning finalized segments from the newest back.
 
     Markers are written alone in their frame, so only one-record frames are decoded. Usually the
@@ -246,48 +245,55 @@ def _write(
     replay = _replay_state(w, opts, tag, batch) if opts.markers and may_repeat else _Replay()
     if replay.done is not None:
         return replay.done
-    if opts.markers:
-        # Markers travel alone in their frame, first in the segment: the tail scan decodes
-        # nothing else, and readers find transactions from segment heads.
-        w.append(Marker("resume" if replay.begin_txid else "begin", tag, batch).encode())
-        w.sync()
-    first = w.last_txid + 1
+    head = Marker("resume" if replay.begin_txid else "begin", tag, batch) if opts.markers else None
+
+    def lead() -> None:
+        """Markers travel alone in their frame, first in their segment: the tail scan decodes
+        nothing else, and readers find transactions from segment heads. A resume marker waits until
+        the replayed prefix checked out, so a refused replay appends nothing."""
+        nonlocal head
+        if head is not None:
+            w.append(head.encode())
+            w.sync()
+            head = None
+
+    if head is not None and head.kind == "begin":
+        lead()
+    new = first = 0
     skip = replay.written
     seen = xxhash.xxh3_64()
     failer = _Failer(opts, batch)
-    in_segment = w.last_txid - w.segment_txid + 1
     for rb in batches:
         recs = serialize(rb, opts.serializer)
         if skip:
-            head, recs = recs[:skip], recs[skip:]
-            for rec in head:
+            done, recs = recs[:skip], recs[skip:]
+            for rec in done:
                 _hash_into(seen, rec)
-            skip -= len(head)
+            skip -= len(done)
             if not skip and seen.intdigest() != replay.digest:
                 raise ReplayMismatchError(f"replayed batch {batch} of {tag} differs from the records already written")
         while recs:
-            room = opts.segment_records - in_segment
+            room = opts.segment_records - (w.last_txid - w.segment_txid + 1)
             if room <= 0:
                 w.roll()
-                in_segment, room = 0, opts.segment_records
+                room = opts.segment_records
             take = recs[:room] if failer.left is None else recs[: min(room, failer.left)]
             recs = recs[len(take) :]
             if take:
+                lead()
+                first = first or w.last_txid + 1
                 w.append_many(take)
-                in_segment += len(take)
+                new += len(take)
             if failer.left is not None:
                 failer.left -= len(take)
                 if failer.left <= 0:
                     failer.fire(w)
     if skip:
         raise ReplayMismatchError(f"replayed batch {batch} of {tag} has fewer records than were already written")
-    last = w.last_txid
-    new = last - first + 1
+    lead()  # a resumed batch with nothing left to write still heads its segment with the marker
     records = replay.written + new
     lo = replay.first if replay.written else first
-    hi = last if new else replay.last
-    if not records:
-        lo = hi = 0
+    hi = w.last_txid if new else replay.last
     if opts.markers:
         w.sync()
         w.append(Marker("end", tag, batch, records, lo, hi).encode())
@@ -359,7 +365,7 @@ class QJMBatchWriter(DataSourceArrowWriter):
             abort_batch(self.opts, self.write_id, 0)
 
 
-class QJMStreamWriter(DataSourceStreamArrowWriter):
+class QJMStreamWriter(StreamWriterBase):
     """``writeStream.format("qjm")``: exactly once per micro-batch, keyed by the query id and batch id."""
 
     def __init__(self, opts: WriteOptions, schema: StructType, overwrite: bool) -> None:
@@ -376,7 +382,7 @@ class QJMStreamWriter(DataSourceStreamArrowWriter):
         batch = ctx.getLocalProperty(BATCH_ID_KEY) if ctx is not None else None
         if not query or batch is None:
             raise QJMError("the qjm stream sink found no streaming query id / batch id in its task context")
-        return write_task(self.opts, f"query-{query}", int(batch), iterator, may_repeat=True)
+        return write_task(self.opts, f"query-{query}", int(batch), arrow_batches(iterator), may_repeat=True)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         commit_all(self.opts, messages)

@@ -25,7 +25,7 @@ from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
 from qjm.errors import ConfigError, NotFoundError
 from qjm.spark import filters
-from qjm.spark.admission import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from qjm.spark.compat import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from qjm.spark.journal import Chunk, JournalClient
 from qjm.spark.markers import MAGIC
 from qjm.spark.options import ReadOptions, WriteOptions
