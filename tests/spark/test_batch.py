@@ -50,6 +50,9 @@ def test_options_are_checked(spark: Any, uri: str) -> None:
     )
     assert "for streams" in _error(lambda: _read(spark, uri, startTxid="latest").collect())
     df = spark.createDataFrame([(b"a",)], "record binary")
+    assert '.option("create", "true")' in _error(
+        lambda: df.write.format("qjm").option("uri", uri).mode("append").save()
+    )
     assert "append-only" in _error(lambda: df.write.format("qjm").option("uri", uri).mode("overwrite").save())
     two = spark.createDataFrame([(b"a", 1)], "record binary, n int")
     msg = _error(lambda: two.write.format("qjm").option("uri", uri).mode("append").save())

@@ -40,7 +40,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType
 
 from qjm.client.writer import Writer, open_writer
-from qjm.errors import ConfigError, QJMError
+from qjm.errors import ConfigError, NotFormattedError, QJMError
 from qjm.spark.compat import StreamWriterBase, arrow_batches
 from qjm.spark.journal import JournalClient
 from qjm.spark.markers import MAGIC, Marker, decode_marker
@@ -177,7 +177,12 @@ def write_task(
             f"the qjm sink needs a single input partition (a journal has one writer), but this is partition "
             f"{ctx.partitionId()}: write df.coalesce(1)"
         )
-    w = open_writer(opts.uri, create=opts.create, config=opts.config)
+    try:
+        w = open_writer(opts.uri, create=opts.create, config=opts.config)
+    except NotFormattedError:
+        raise NotFormattedError(
+            f'the journal {opts.uri} is not formatted on any node: write with .option("create", "true") to format it'
+        ) from None
     try:
         commit = _write(w, opts, tag, batch, batches, may_repeat)
         w.close()
