@@ -26,6 +26,7 @@ from qjm.errors import CorruptFrameError
 MAGIC = b"\x00\xffQJM-SPARK-MARK\x01"
 VERSION = 2
 KINDS = ("begin", "resume", "end", "commit", "abort")
+DECISIONS = ("commit", "abort")  # written by the driver, alone in a segment
 
 Kind = Literal["begin", "resume", "end", "commit", "abort"]
 

@@ -27,7 +27,7 @@ from qjm.errors import ConfigError, NotFoundError
 from qjm.spark import filters
 from qjm.spark.compat import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from qjm.spark.journal import Chunk, JournalClient
-from qjm.spark.markers import MAGIC
+from qjm.spark.markers import DECISIONS, MAGIC
 from qjm.spark.options import ReadOptions, WriteOptions
 from qjm.spark.transactions import hidden_ranges, stable_end, subtract, transactions
 
@@ -61,8 +61,15 @@ class TxidRange(InputPartition):
 
 
 def hidden(client: JournalClient, opts: ReadOptions) -> list[tuple[int, int]]:
-    """What the read-committed view skips (nothing for ``isolation=read_uncommitted``)."""
-    return hidden_ranges(transactions(client.heads())) if opts.read_committed else []
+    """What the read-committed view skips (nothing for ``isolation=read_uncommitted``): uncommitted
+    transactions, and the driver's one-record commit/abort segments unless markers are shown."""
+    if not opts.read_committed:
+        return []
+    heads = client.heads()
+    out = hidden_ranges(transactions(heads))
+    if not opts.show_markers:
+        out += [(h.start, h.end) for h in heads if h.end == h.start and h.marker and h.marker.kind in DECISIONS]
+    return out
 
 
 def plan_ranges(
