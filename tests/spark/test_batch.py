@@ -213,8 +213,9 @@ def _count(spark: Any, uri: str, **options: object) -> int:
 
 def test_a_failed_save_leaves_nothing_visible(spark: Any, uri: str) -> None:
     """The issue's reproduction: two input partitions, no coalesce(1); partition 0 may have written."""
+    qjm.open_writer(uri, create=True).close()  # partition 0 may fail before it could format the journal
     df = spark.range(0, 200000, 1, 2).select(F.col("id").cast("string").alias("record"))
-    msg = _error(lambda: df.write.format("qjm").option("uri", uri).option("create", "true").mode("append").save())
+    msg = _error(lambda: df.write.format("qjm").option("uri", uri).mode("append").save())
     assert "single input partition" in msg
     assert _count(spark, uri) == 0
     # Partition 0's task may still be writing (Spark does not wait for it): the next writer fences it.

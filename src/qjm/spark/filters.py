@@ -1,6 +1,6 @@
 """Filter pushdown for batch reads (Spark 4.1+ ``DataSourceReader.pushFilters``): ``txid`` bounds.
 
-A ``WHERE`` on ``txid`` (``=``, ``<``, ``<=``, ``>``, ``>=``, ``BETWEEN``, ``IN``) narrows the txid
+A ``WHERE`` on ``txid`` (``=``, ``<``, ``<=``, ``>``, ``>=``, ``BETWEEN``) narrows the txid
 range the reader plans, so segments outside it are never downloaded. Filters are recognised by
 their class name, so this module needs no pyspark newer than the floor.
 """
@@ -30,13 +30,6 @@ class TxidBounds:
         if not isinstance(attr, tuple) or len(attr) != 1 or str(attr[0]).lower() != COLUMN:
             return False
         kind = type(f).__name__
-        if kind == "In":
-            values = getattr(f, "value", ())
-            if not values or not all(isinstance(v, int) for v in values):
-                return False
-            self.lo, self.pushed = max(self.lo, min(values)), self.pushed + 1
-            self._cap(max(values))
-            return False  # the values between still need Spark's filter
         value = getattr(f, "value", None)
         if not isinstance(value, int) or isinstance(value, bool):
             return False
