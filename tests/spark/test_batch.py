@@ -37,13 +37,22 @@ def _records(df: Any) -> list[tuple[int, int, int, bytes]]:
 
 
 def test_options_are_checked(spark: Any, uri: str) -> None:
-    # through Spark: our message reaches the user at load()/save() time
-    assert "option 'uri' is required" in _error(lambda: spark.read.format("qjm").load().collect())
+    # through Spark: our message reaches the user at load()/save() time, before any action
+    assert "option 'uri' is required" in _error(lambda: spark.read.format("qjm").load())
+    assert "option 'startTxid'" in _error(
+        lambda: spark.read.format("qjm").option("uri", uri).option("startTxid", "x").load()
+    )
+    bad_stream = spark.readStream.format("qjm").option("uri", uri).option("maxRecordsPerTrigger", "0")
+    assert "option 'maxRecordsPerTrigger'" in _error(bad_stream.load)
+    assert "option 'uri' is required" in _error(spark.readStream.format("qjm").load)
     assert "fixed schema" in _error(
         lambda: spark.read.format("qjm").schema("x long").option("uri", uri).load().collect()
     )
     assert "for streams" in _error(lambda: _read(spark, uri, startTxid="latest").collect())
     df = spark.createDataFrame([(b"a",)], "record binary")
+    assert '.option("create", "true")' in _error(
+        lambda: df.write.format("qjm").option("uri", uri).mode("append").save()
+    )
     assert "append-only" in _error(lambda: df.write.format("qjm").option("uri", uri).mode("overwrite").save())
     two = spark.createDataFrame([(b"a", 1)], "record binary, n int")
     msg = _error(lambda: two.write.format("qjm").option("uri", uri).mode("append").save())
@@ -100,6 +109,30 @@ def test_read_columns_segments_epochs_and_ranges(spark: Any, uri: str) -> None:
     assert _read(spark, uri, startTxid=23).count() == 0
 
 
+def test_txid_filters_read_only_the_segments_they_overlap(spark: Any, uri: str) -> None:
+    w = qjm.open_writer(uri, create=True)
+    for k in range(5):  # segments 1-100, 101-200, ..., 401-500
+        w.append_many(b"%d" % (k * 100 + i + 1) for i in range(100))
+        w.roll()
+    w.close()
+    everything = _read(spark, uri)
+    assert everything.rdd.getNumPartitions() == 5
+    cases = {
+        "txid BETWEEN 150 AND 260": (2, list(range(150, 261))),
+        "txid >= 420": (1, list(range(420, 501))),
+        "txid < 101": (1, list(range(1, 101))),
+        "txid = 333": (1, [333]),
+        "txid > 200 AND txid <= 300 AND epoch > 0": (1, list(range(201, 301))),
+        "txid > 500": (1, []),  # no range: Spark plans its one empty placeholder partition
+    }
+    for where, (parts, txids) in cases.items():
+        df = everything.where(where)
+        assert df.rdd.getNumPartitions() == parts, where
+        assert [(r.txid, bytes(r.record)) for r in df.orderBy("txid").collect()] == [(t, b"%d" % t) for t in txids]
+    assert everything.where("txid IN (5, 7)").count() == 2
+    assert everything.where("txid = 5 OR txid = 450").count() == 2  # not pushed (OR): still right
+
+
 def test_in_progress_records_only_when_asked(spark: Any, uri: str) -> None:
     w = qjm.open_writer(uri, create=True)
     try:
@@ -137,11 +170,12 @@ def test_write_markers_report_and_serializers(spark: Any, uri: str, tmp_path: Pa
     assert [bytes(r.record) for r in _read(spark, uri).orderBy("txid").collect()] == [b"one", b"two", b"three"]
 
     shown = _records(_read(spark, uri, showMarkers="true"))
-    assert [t for t, *_ in shown] == [1, 2, 3, 4, 5]
-    begin, end = decode_marker(shown[0][3]), decode_marker(shown[-1][3])
-    assert (begin.kind, end.kind, begin.tag, end.tag) == ("begin", "end", rep["tag"], rep["tag"])
-    assert (end.records, end.first, end.last) == (3, 2, 4)
-    assert not any(is_marker(r) for *_, r in shown[1:-1])
+    assert [t for t, *_ in shown] == [1, 2, 3, 4, 5, 6]
+    begin, end, commit = (decode_marker(shown[i][3]) for i in (0, 4, 5))
+    assert [(m.kind, m.tag) for m in (begin, end, commit)] == [(k, rep["tag"]) for k in ("begin", "end", "commit")]
+    assert (end.records, end.first, end.last) == (commit.records, commit.first, commit.last) == (3, 2, 4)
+    assert shown[5][1] == 6  # the driver's commit marker has a segment of its own
+    assert not any(is_marker(r) for *_, r in shown[1:4])
 
     # a string 'record' column is written as UTF-8; serializer=json writes whole rows
     spark.createDataFrame([("héllo",)], "record string").coalesce(1).write.format("qjm").option("uri", uri).mode(
@@ -158,8 +192,8 @@ def test_write_markers_report_and_serializers(spark: Any, uri: str, tmp_path: Pa
     spark.createDataFrame([(b"bare",)], "record binary").coalesce(1).write.format("qjm").option("uri", uri).option(
         "markers", "false"
     ).mode("append").save()
-    last = _records(_read(spark, uri, startTxid=12, showMarkers="true"))
-    assert [(t, r) for t, _, _, r in last] == [(12, b"bare")]
+    last = _records(_read(spark, uri, startTxid=15, showMarkers="true"))
+    assert [(t, r) for t, _, _, r in last] == [(15, b"bare")]
 
     # user records may never pass for markers
     fake = spark.createDataFrame([(qjm.spark.MAGIC + b"{}",)], "record binary").coalesce(1)
@@ -171,6 +205,42 @@ def test_more_than_one_input_partition_is_refused(spark: Any, uri: str) -> None:
     df = spark.range(0, 10, 1, 2).select(F.col("id").cast("string").alias("record"))
     msg = _error(lambda: df.write.format("qjm").option("uri", uri).mode("append").save())
     assert "single input partition" in msg and "coalesce(1)" in msg
+
+
+def _count(spark: Any, uri: str, **options: object) -> int:
+    return int(_read(spark, uri, includeInProgress="true", **options).count())
+
+
+def test_a_failed_save_leaves_nothing_visible(spark: Any, uri: str) -> None:
+    """The issue's reproduction: two input partitions, no coalesce(1); partition 0 may have written."""
+    qjm.open_writer(uri, create=True).close()  # partition 0 may fail before it could format the journal
+    df = spark.range(0, 200000, 1, 2).select(F.col("id").cast("string").alias("record"))
+    msg = _error(lambda: df.write.format("qjm").option("uri", uri).mode("append").save())
+    assert "single input partition" in msg
+    assert _count(spark, uri) == 0
+    # Partition 0's task may still be writing (Spark does not wait for it): the next writer fences it.
+    w = qjm.open_writer(uri)
+    w.append(b"next")
+    w.close()
+    assert [bytes(r.record) for r in _read(spark, uri).collect()] == [b"next"]
+    raw = _read(spark, uri, isolation="read_uncommitted").collect()
+    assert bytes(raw[-1].record) == b"next" and len(raw) == len({r.txid for r in raw})
+
+
+def test_a_save_failing_midway_is_hidden_and_the_raw_view_shows_it(spark: Any, uri: str) -> None:
+    df = spark.range(0, 5000, 1, 1).select(F.col("id").cast("string").alias("record"))
+    ok = spark.createDataFrame([(b"kept",)], "record binary").coalesce(1)
+    ok.write.format("qjm").option("uri", uri).option("create", "true").mode("append").save()
+    failing = df.write.format("qjm").option("uri", uri).option("_test.failAfterRecords", "1234").mode("append")
+    assert "injected failure" in _error(failing.save)
+    assert [bytes(r.record) for r in _read(spark, uri).collect()] == [b"kept"]
+    raw = _read(spark, uri, isolation="read_uncommitted", showMarkers="true").orderBy("txid").collect()
+    assert [bytes(r.record) for r in raw if not is_marker(r.record)] == [b"kept"] + [b"%d" % i for i in range(1234)]
+    kinds = [decode_marker(bytes(r.record)).kind for r in raw if is_marker(r.record)]
+    assert kinds == ["begin", "end", "commit", "begin", "abort"]
+    ok.write.format("qjm").option("uri", uri).mode("append").save()  # later writes are visible again
+    assert [bytes(r.record) for r in _read(spark, uri).collect()] == [b"kept", b"kept"]
+    assert "option 'isolation'" in _error(lambda: _read(spark, uri, isolation="serializable"))
 
 
 def test_million_records_round_trip(spark: Any, uri: str) -> None:

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 import qjm
 from qjm.config import QJMConfig
 from qjm.errors import FencedError
 from qjm.spark.journal import Chunk, JournalClient
+from qjm.spark.options import WriteOptions
+from qjm.spark.sink import InjectedFailure, commit_all, write_task
 from qjm.testing.minicluster import MiniJournalCluster
 
 pytestmark = pytest.mark.spark
@@ -143,3 +147,45 @@ def test_partition_reads_fail_over_between_replicas(tmp_path: Path) -> None:
 
 def _numbered(ch: Chunk) -> list[tuple[int, bytes]]:
     return list(zip(range(ch.first, ch.last + 1), ch.records, strict=True))
+
+
+def test_stream_waits_for_commits_and_skips_aborted_writes(spark: Any, uri: str, tmp_path: Path) -> None:
+    """Read-committed streams: an open write holds the stream at its begin marker (Kafka's last
+    stable offset) until the driver commits it; an abandoned one is skipped once the journal goes on."""
+    w = qjm.open_writer(uri, create=True)
+    w.append_many(_rec(t) for t in range(1, 101))
+    w.close()
+    got: list[int] = []
+    q = (
+        spark.readStream.format("qjm")
+        .option("uri", uri)
+        .option("maxRecordsPerTrigger", "60")
+        .load()
+        .writeStream.foreachBatch(lambda df, _: got.extend(r.txid for r in df.orderBy("txid").collect()))
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .start()
+    )
+    try:
+        q.processAllAvailable()
+        assert got == list(range(1, 101))
+        assert json.loads(q.lastProgress["sources"][0]["latestOffset"]) == {"txid": 101}
+        opts = WriteOptions.parse({"uri": uri})
+        rows = pa.record_batch([pa.array([b"t%d" % i for i in range(10)], pa.binary())], names=["record"])
+        done = write_task(opts, "job", 0, iter([rows]), may_repeat=False)  # 101 begin, 102-111, 112 end
+        q.processAllAvailable()
+        assert got == list(range(1, 101))  # written, not committed: the stream waits at txid 101
+        commit_all(opts, [done])  # 113, in a segment of its own
+        q.processAllAvailable()
+        assert got == list(range(1, 101)) + list(range(102, 112))
+        with pytest.raises(InjectedFailure):  # 114 begin, 115-119: never committed
+            bad = WriteOptions.parse({"uri": uri, "_test.failAfterRecords": "5"})
+            write_task(bad, "job2", 0, iter([rows]), may_repeat=False)
+        w = qjm.open_writer(uri)  # the journal goes on: the unfinished write is decided aborted
+        w.append_many([b"after-1", b"after-2"])
+        w.close()
+        q.processAllAvailable()
+        assert got[-3:] == [111, 120, 121]
+        assert json.loads(q.lastProgress["sources"][0]["latestOffset"]) == {"txid": 122}
+        assert q.exception() is None
+    finally:
+        q.stop()

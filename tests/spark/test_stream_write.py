@@ -83,7 +83,9 @@ def test_batch_interrupted_midway_is_resumed_once(spark: Any, uri: str, tmp_path
     assert q.exception() is None
     markers = _check_exactly_once(uri)
     assert [(m.kind, m.batch) for m in markers] == [
-        ("begin", 0), ("end", 0), ("begin", 1), ("end", 1), ("begin", 2), ("end", 2)
+        ("begin", 0), ("end", 0), ("commit", 0),
+        ("begin", 1), ("resume", 1), ("end", 1), ("commit", 1),
+        ("begin", 2), ("end", 2), ("commit", 2),
     ]  # fmt: skip
     assert len({m.tag for m in markers}) == 1  # the query id, kept in the checkpoint
     done = [json.loads(line) for line in report.read_text().splitlines()]

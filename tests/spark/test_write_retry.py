@@ -43,16 +43,19 @@ def test_retried_task_fences_and_resumes_the_failed_attempt(spark: Any, uri: str
         .save()
     )
     (rep,) = [json.loads(line) for line in report.read_text().splitlines()]
-    assert (rep["first_txid"], rep["last_txid"], rep["records"], rep["resumed"]) == (2, n + 1, n, 1234)
+    # begin at 1, attempt 0's records, attempt 1's resume marker at 1236, its records, end, commit
+    assert (rep["first_txid"], rep["last_txid"], rep["records"], rep["resumed"]) == (2, n + 2, n, 1234)
 
     got = _all(uri)
     assert [r for _, r in got if not is_marker(r)] == [b"r%05d" % i for i in range(n)]
-    assert [decode_marker(r).kind for _, r in got if is_marker(r)] == ["begin", "end"]
+    assert [(t, decode_marker(r).kind) for t, r in got if is_marker(r)] == [
+        (1, "begin"), (1236, "resume"), (n + 3, "end"), (n + 4, "commit")
+    ]  # fmt: skip
     epochs = (
         spark.read.format("qjm").option("uri", uri).load().groupBy("epoch").agg(F.min("txid"), F.max("txid"))
     ).orderBy("epoch")
     (first, second) = [tuple(r) for r in epochs.collect()]
-    assert first[1:] == (2, 1235) and second[1:] == (1236, n + 1) and second[0] > first[0]
+    assert first[1:] == (2, 1235) and second[1:] == (1237, n + 2) and second[0] > first[0]
 
 
 def _batches(lo: int, hi: int) -> pa.RecordBatch:
@@ -87,8 +90,9 @@ def test_zombie_attempt_can_append_nothing(uri: str) -> None:
     assert isinstance(outcome[0], FencedError)
     got = _all(uri)
     assert [r for _, r in got if not is_marker(r)] == [b"z%05d" % i for i in range(300)]
-    assert [decode_marker(r).kind for _, r in got if is_marker(r)] == ["begin", "end"]
-    assert (b.first_txid, b.last_txid, b.records) == (2, 301, 300)
+    # B resumed after A's begin marker (synced before A's first record) and its durable records
+    assert [decode_marker(r).kind for _, r in got if is_marker(r)] == ["begin", "resume", "end"]
+    assert (b.last_txid, b.records) == (302, 300)
 
 
 def test_replay_after_a_bare_begin_marker_and_a_changed_replay(uri: str, tmp_path: Path) -> None:
@@ -102,12 +106,12 @@ def test_replay_after_a_bare_begin_marker_and_a_changed_replay(uri: str, tmp_pat
     with pytest.raises(InjectedFailure):
         write_task(opts(0, str(tmp_path / "a")), "q", 0, iter([_batches(0, 10)]), may_repeat=True)
     done = write_task(opts(0, str(tmp_path / "a")), "q", 0, iter([_batches(0, 10)]), may_repeat=True)
-    assert (done.first_txid, done.last_txid, done.resumed) == (2, 11, 0)
+    assert (done.first_txid, done.last_txid, done.resumed) == (3, 12, 0)
     got = _all(uri)
-    assert [decode_marker(r).kind for _, r in got if is_marker(r)] == ["begin", "end"]
+    assert [decode_marker(r).kind for _, r in got if is_marker(r)] == ["begin", "resume", "end"]
 
     with pytest.raises(InjectedFailure):
         write_task(opts(5, str(tmp_path / "b")), "q", 1, iter([_batches(0, 10)]), may_repeat=True)
     with pytest.raises(ReplayMismatchError):
         write_task(opts(5, str(tmp_path / "b")), "q", 1, iter([_batches(1, 11)]), may_repeat=True)
-    assert len(_all(uri)) == 12 + 1 + 5  # the refused replay appended nothing
+    assert len(_all(uri)) == 13 + 1 + 5  # the refused replay appended nothing, not even its resume marker

@@ -13,13 +13,25 @@ from typing import Any
 
 from qjm.spark.markers import MAGIC, Marker, decode_marker, is_marker
 
-__all__ = ["MAGIC", "Marker", "QJMDataSource", "decode_marker", "is_marker", "register"]
+__all__ = ["MAGIC", "PUSHDOWN_CONF", "Marker", "QJMDataSource", "decode_marker", "is_marker", "register"]
+
+
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
 
 def register(spark: Any) -> None:
-    """Make ``format("qjm")`` available in this session (Python data sources are per session)."""
+    """Make ``format("qjm")`` available in this session (Python data sources are per session).
+
+    On Spark 4.1+ this also turns on filter pushdown for Python data sources (``PUSHDOWN_CONF``):
+    the batch reader pushes ``txid`` bounds, and Spark refuses a reader that implements
+    ``pushFilters`` while the setting is off.
+    """
+    from pyspark.sql.datasource import DataSourceReader
+
     from qjm.spark.source import QJMDataSource
 
+    if hasattr(DataSourceReader, "pushFilters"):
+        spark.conf.set(PUSHDOWN_CONF, "true")
     spark.dataSource.register(QJMDataSource)
 
 

@@ -22,11 +22,34 @@ from qjm.client.replicas import ReplicaReader, Segment, finalized_segments
 from qjm.client.segment_stream import committed_in_progress
 from qjm.config import QJMConfig
 from qjm.errors import CorruptFrameError, NotFoundError, QuorumError
+from qjm.spark.markers import MAGIC, Marker, decode_marker
 
 log = logging.getLogger("qjm.spark")
 
 # in-progress reads ask each node for at most this many txns per call (bounds reply size)
 EDITS_PER_CALL = 20_000
+OPEN_END = (1 << 63) - 1  # the end of the open segment: not fixed yet
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """A segment's start of txids, its end (``OPEN_END`` while it is open), the epoch of the writer
+    that started it, and its first record when that is a marker alone in its frame.
+
+    What a segment's first frame holds never changes once committed, so heads are cached.
+    """
+
+    start: int
+    end: int
+    epoch: int
+    marker: Marker | None
+
+
+def _head_marker(buf: bytes | bytearray, pos: int, record_count: int) -> Marker | None:
+    if record_count != 1:
+        return None
+    (rec,) = framing.decode_records(buf, pos)
+    return decode_marker(bytes(rec)) if bytes(rec[: len(MAGIC)]) == MAGIC else None
 
 
 @dataclass(slots=True)
@@ -49,6 +72,7 @@ class JournalClient:
     def __init__(self, uri: str, config: QJMConfig | None = None) -> None:
         self.qjm = QuorumJournalManager(uri, config=config)
         self._replicas = ReplicaReader(self.qjm)
+        self._heads: dict[tuple[int, int], Head] = {}
 
     @property
     def failovers(self) -> int:
@@ -94,6 +118,33 @@ class JournalClient:
             if durable < want:  # caught up with what a majority holds
                 break
         return end
+
+    def heads(self) -> list[Head]:
+        """Every segment's ``Head``, oldest first: the finalized ones and the open one if it holds a
+        committed txid. Costs one download of a first frame per segment not seen before."""
+        segs = self.finalized(1)
+        out: list[Head] = []
+        for seg in segs:
+            head = self._heads.get((seg.start, seg.end))
+            if head is None:
+                for buf, pos, h in self._replicas.frames(seg, seg.start, seg.start):
+                    head = Head(seg.start, seg.end, h.epoch, _head_marker(buf, pos, h.record_count))
+                    break
+                assert head is not None  # frames() yields the first frame or raises
+                self._heads[(seg.start, seg.end)] = head
+            out.append(head)
+        nxt = segs[-1].end + 1 if segs else 1
+        head = self._heads.get((nxt, OPEN_END))
+        if head is None:
+            durable, edits = committed_in_progress(self.qjm, nxt, 1)
+            if durable > 0 and edits is not None:
+                h = framing.decode_header(edits.frames, 0)
+                if h.segment_txid == nxt:
+                    head = Head(nxt, OPEN_END, h.epoch, _head_marker(edits.frames, 0, h.record_count))
+                    self._heads[(nxt, OPEN_END)] = head
+        if head is not None:
+            out.append(head)
+        return out
 
     # -- reading -----------------------------------------------------------------------------
 

@@ -31,8 +31,10 @@ _READ_KEYS = frozenset(
         "maxrecordsperpartition",
         "maxrecordspertrigger",
         "readtimeout",
+        "isolation",
     }
 )
+ISOLATIONS = ("read_committed", "read_uncommitted")
 _WRITE_KEYS = frozenset({"uri", "create", "serializer", "segmentrecords", "reportpath", "markers"})
 # tlsCa, tlsCert, tlsKey: mutual TLS to the nodes (all three or none), on the driver and executors.
 _TLS_KEYS = ("tlsca", "tlscert", "tlskey")
@@ -145,6 +147,7 @@ class ReadOptions:
     max_records_per_partition: int = 250_000
     max_records_per_trigger: int | None = None
     read_timeout: float = 120.0
+    read_committed: bool = True
     config: QJMConfig = field(default_factory=QJMConfig)
 
     @classmethod
@@ -162,6 +165,9 @@ class ReadOptions:
             raise ConfigError(f"option 'endTxid' ({end}) is before option 'startTxid' ({start})")
         per_part = _int(opts, "maxrecordsperpartition", "maxRecordsPerPartition", 250_000, 1)
         assert per_part is not None
+        isolation = opts.get("isolation", ISOLATIONS[0]).strip().lower()
+        if isolation not in ISOLATIONS:
+            raise ConfigError(f"option 'isolation' must be one of {', '.join(ISOLATIONS)}, got {isolation!r}")
         return cls(
             uri=_uri(opts),
             start_txid=start,
@@ -172,6 +178,7 @@ class ReadOptions:
             max_records_per_partition=per_part,
             max_records_per_trigger=_int(opts, "maxrecordspertrigger", "maxRecordsPerTrigger", None, 1),
             read_timeout=_float(opts, "readtimeout", "readTimeout", 120.0),
+            read_committed=isolation == "read_committed",
             config=_client_config(opts),
         )
 

@@ -5,13 +5,17 @@ partition: ``df.coalesce(1)``; a task of any other partition fails at once, befo
 journal). That task opens its own fenced writer: a retried or restarted attempt fences the one
 it replaces, which can then append nothing more.
 
-Each batch goes out as ``begin`` marker, records, ``end`` marker (``qjm.spark.markers``). Before
-writing, an attempt that may repeat earlier work scans the journal's tail for this query's (or
-write's) last marker and
+Each batch goes out as ``begin`` marker, records, ``end`` marker (``qjm.spark.markers``); once
+Spark's driver commits the job (or micro-batch), it writes a ``commit`` marker in a segment of its
+own, and a failed batch write gets an ``abort`` marker: readers show only committed batches by
+default (``qjm.spark.transactions``). Before writing, an attempt that may repeat earlier work
+scans the journal's tail for this query's (or write's) last marker and
 
-* skips the batch if its ``end`` marker is there (the sink finished but Spark did not record it);
+* skips the batch if its ``end`` or ``commit`` marker is there (the sink finished but Spark did
+  not record it);
 * resumes after the records already there if only its ``begin`` marker is, checking that they
-  equal the start of the replayed input (a replay must be deterministic, as Spark requires);
+  equal the start of the replayed input (a replay must be deterministic, as Spark requires); the
+  resumed part starts with a ``resume`` marker, so readers see it continues the batch;
 * writes it whole otherwise.
 """
 
@@ -32,11 +36,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 from pyspark import TaskContext
-from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType
 
 from qjm.client.writer import Writer, open_writer
-from qjm.errors import ConfigError, QJMError
+from qjm.errors import ConfigError, NotFormattedError, QJMError
+from qjm.spark.compat import StreamWriterBase, arrow_batches
 from qjm.spark.journal import JournalClient
 from qjm.spark.markers import MAGIC, Marker, decode_marker
 from qjm.spark.options import WriteOptions
@@ -122,8 +127,8 @@ class _Found:
     marker: Marker
 
 
-def last_marker(client: JournalClient, tag: str, until: int) -> _Found | None:
-    """This tag's newest marker, scanning finalized segments from the newest back.
+def last_marker(client: JournalClient, tag: str, until: int, kinds: tuple[str, ...] | None = None) -> _Found | None:
+    """This tag's newest marker (of one of ``kinds``), scanning finalized segments from the newest back.
 
     Markers are written alone in their frame, so only one-record frames are decoded. Usually the
     newest segment holds the marker; the first batch of a brand-new query downloads every segment.
@@ -136,7 +141,7 @@ def last_marker(client: JournalClient, tag: str, until: int) -> _Found | None:
             for i, rec in enumerate(chunk.records):
                 if rec[:2] == MAGIC[:2] and rec.startswith(MAGIC):
                     m = decode_marker(rec)
-                    if m.tag == tag:
+                    if m.tag == tag and (kinds is None or m.kind in kinds):
                         found = _Found(chunk.first + i, m)
         if found is not None:
             return found
@@ -172,7 +177,12 @@ def write_task(
             f"the qjm sink needs a single input partition (a journal has one writer), but this is partition "
             f"{ctx.partitionId()}: write df.coalesce(1)"
         )
-    w = open_writer(opts.uri, create=opts.create, config=opts.config)
+    try:
+        w = open_writer(opts.uri, create=opts.create, config=opts.config)
+    except NotFormattedError:
+        raise NotFormattedError(
+            f'the journal {opts.uri} is not formatted on any node: write with .option("create", "true") to format it'
+        ) from None
     try:
         commit = _write(w, opts, tag, batch, batches, may_repeat)
         w.close()
@@ -188,8 +198,10 @@ class _Replay:
 
     done: WriteCommit | None = None
     begin_txid: int = 0  # its begin marker, when resuming
-    written: int = 0  # records after that marker
+    written: int = 0  # user records after that marker
     digest: int = 0  # over those records (length-prefixed)
+    first: int = 0  # txids of the first and last of them
+    last: int = 0
 
 
 def _replay_state(w: Writer, opts: WriteOptions, tag: str, batch: int) -> _Replay:
@@ -198,23 +210,35 @@ def _replay_state(w: Writer, opts: WriteOptions, tag: str, batch: int) -> _Repla
         if found is None:
             return _Replay()
         m = found.marker
-        if m.kind == "end" and m.batch >= batch:
+        if m.kind in ("end", "commit") and m.batch >= batch:
             log.info("qjm sink: %s batch %d is already in the journal; skipping", tag, batch)
             return _Replay(done=WriteCommit(tag, batch, m.first, m.last, m.records, w.epoch, skipped=True))
-        if m.kind == "begin" and m.batch > batch:
+        if m.kind in ("begin", "resume") and m.batch > batch:
             raise ReplayMismatchError(
                 f"the journal holds batch {m.batch} of {tag} but Spark asks for batch {batch}: "
                 "is the checkpoint older than the journal?"
             )
+        if m.kind == "resume" and m.batch == batch:
+            found = last_marker(jc, tag, found.txid, ("begin",))
+            if found is None or found.marker.batch != batch:
+                raise ReplayMismatchError(f"batch {batch} of {tag} was resumed, but its begin marker is gone")
+            m = found.marker
         if m.kind == "begin" and m.batch == batch:
             h = xxhash.xxh3_64()
-            for _, rec in jc.records(found.txid + 1, w.last_txid):
+            replay = _Replay(begin_txid=found.txid)
+            for txid, rec in jc.records(found.txid + 1, w.last_txid):
                 if rec.startswith(MAGIC):
+                    r = decode_marker(rec)
+                    if (r.kind, r.tag, r.batch) == ("resume", tag, batch):
+                        continue
                     raise ReplayMismatchError(f"a marker inside the unfinished batch {batch} of {tag}")
                 _hash_into(h, rec)
-            written = w.last_txid - found.txid
-            log.info("qjm sink: resuming %s batch %d after %d records already written", tag, batch, written)
-            return _Replay(begin_txid=found.txid, written=written, digest=h.intdigest())
+                replay.written += 1
+                replay.first = replay.first or txid
+                replay.last = txid
+            replay.digest = h.intdigest()
+            log.info("qjm sink: resuming %s batch %d after %d records already written", tag, batch, replay.written)
+            return replay
         if m.kind == "begin":
             log.warning("qjm sink: batch %d of %s was left unfinished at txid %d", m.batch, tag, found.txid)
         return _Replay()
@@ -226,49 +250,86 @@ def _write(
     replay = _replay_state(w, opts, tag, batch) if opts.markers and may_repeat else _Replay()
     if replay.done is not None:
         return replay.done
-    if replay.begin_txid:
-        first = replay.begin_txid + 1
-    else:
-        if opts.markers:
-            w.append(Marker("begin", tag, batch).encode())
-            w.sync()  # markers travel alone in their frame: the tail scan decodes nothing else
-        first = w.last_txid + 1
+    head = Marker("resume" if replay.begin_txid else "begin", tag, batch) if opts.markers else None
+
+    def lead() -> None:
+        """Markers travel alone in their frame, first in their segment: the tail scan decodes
+        nothing else, and readers find transactions from segment heads. A resume marker waits until
+        the replayed prefix checked out, so a refused replay appends nothing."""
+        nonlocal head
+        if head is not None:
+            w.append(head.encode())
+            w.sync()
+            head = None
+
+    if head is not None and head.kind == "begin":
+        lead()
+    new = first = 0
     skip = replay.written
     seen = xxhash.xxh3_64()
     failer = _Failer(opts, batch)
-    in_segment = w.last_txid - w.segment_txid + 1
     for rb in batches:
         recs = serialize(rb, opts.serializer)
         if skip:
-            head, recs = recs[:skip], recs[skip:]
-            for rec in head:
+            done, recs = recs[:skip], recs[skip:]
+            for rec in done:
                 _hash_into(seen, rec)
-            skip -= len(head)
+            skip -= len(done)
             if not skip and seen.intdigest() != replay.digest:
                 raise ReplayMismatchError(f"replayed batch {batch} of {tag} differs from the records already written")
         while recs:
-            room = opts.segment_records - in_segment
+            room = opts.segment_records - (w.last_txid - w.segment_txid + 1)
             if room <= 0:
                 w.roll()
-                in_segment, room = 0, opts.segment_records
+                room = opts.segment_records
             take = recs[:room] if failer.left is None else recs[: min(room, failer.left)]
             recs = recs[len(take) :]
             if take:
+                lead()
+                first = first or w.last_txid + 1
                 w.append_many(take)
-                in_segment += len(take)
+                new += len(take)
             if failer.left is not None:
                 failer.left -= len(take)
                 if failer.left <= 0:
                     failer.fire(w)
     if skip:
         raise ReplayMismatchError(f"replayed batch {batch} of {tag} has fewer records than were already written")
-    last = w.last_txid
-    records = last - first + 1
-    lo, hi = (first, last) if records else (0, 0)
+    lead()  # a resumed batch with nothing left to write still heads its segment with the marker
+    records = replay.written + new
+    lo = replay.first if replay.written else first
+    hi = w.last_txid if new else replay.last
     if opts.markers:
         w.sync()
         w.append(Marker("end", tag, batch, records, lo, hi).encode())
     return WriteCommit(tag, batch, lo, hi, records, w.epoch, resumed=replay.written)
+
+
+def decide(opts: WriteOptions, marker: Marker) -> None:
+    """Write the driver's ``commit`` or ``abort`` marker, alone in a segment of its own writer."""
+    w = open_writer(opts.uri, config=opts.config)
+    try:
+        w.append(marker.encode())
+        w.close()
+    except BaseException:
+        w.abort()
+        raise
+
+
+def commit_all(opts: WriteOptions, messages: list[WriterCommitMessage | None]) -> None:
+    """Spark's driver commits: each task's batch becomes visible to read-committed readers."""
+    for m in messages:
+        if isinstance(m, WriteCommit):
+            decide(opts, Marker("commit", m.tag, m.batch, m.records, m.first_txid, m.last_txid))
+
+
+def abort_batch(opts: WriteOptions, tag: str, batch: int) -> None:
+    """Best effort: readers treat an unfinished batch followed by anything else as aborted anyway;
+    the marker only lets a waiting stream go on at once."""
+    try:
+        decide(opts, Marker("abort", tag, batch))
+    except QJMError as e:
+        log.warning("qjm sink: could not mark %s batch %d aborted (%s)", tag, batch, e)
 
 
 def report(opts: WriteOptions, messages: list[WriterCommitMessage | None]) -> None:
@@ -298,14 +359,18 @@ class QJMBatchWriter(DataSourceArrowWriter):
         return write_task(self.opts, self.write_id, 0, iterator, may_repeat=attempt > 0)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        if self.opts.markers:
+            commit_all(self.opts, messages)
         report(self.opts, messages)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        """Nothing to undo: records that reached the journal stay, framed by a begin marker without end."""
+        """Records that reached the journal stay; the abort marker hides them from default readers."""
         log.warning("qjm sink: write %s aborted", self.write_id)
+        if self.opts.markers:
+            abort_batch(self.opts, self.write_id, 0)
 
 
-class QJMStreamWriter(DataSourceStreamArrowWriter):
+class QJMStreamWriter(StreamWriterBase):
     """``writeStream.format("qjm")``: exactly once per micro-batch, keyed by the query id and batch id."""
 
     def __init__(self, opts: WriteOptions, schema: StructType, overwrite: bool) -> None:
@@ -322,9 +387,10 @@ class QJMStreamWriter(DataSourceStreamArrowWriter):
         batch = ctx.getLocalProperty(BATCH_ID_KEY) if ctx is not None else None
         if not query or batch is None:
             raise QJMError("the qjm stream sink found no streaming query id / batch id in its task context")
-        return write_task(self.opts, f"query-{query}", int(batch), iterator, may_repeat=True)
+        return write_task(self.opts, f"query-{query}", int(batch), arrow_batches(iterator), may_repeat=True)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        commit_all(self.opts, messages)
         report(self.opts, messages)
         f = self.opts.fail
         if f.in_commit and f.once_file and not os.path.exists(f.once_file):
@@ -333,5 +399,6 @@ class QJMStreamWriter(DataSourceStreamArrowWriter):
             raise InjectedFailure(f"injected failure after batch {batchId} was written (_test.failInCommit)")
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Nothing to undo: the replay of this batch resumes or skips it (module docstring)."""
+        """No abort marker: the replay of this batch resumes or skips it (module docstring), and
+        read-committed streams wait for it."""
         log.warning("qjm sink: batch %d aborted; its replay will resume it", batchId)

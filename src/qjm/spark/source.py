@@ -21,18 +21,15 @@ from pyspark.sql.datasource import (
     DataSourceWriter,
     InputPartition,
 )
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxRows,
-    SupportsTriggerAvailableNow,
-)
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
 from qjm.errors import ConfigError, NotFoundError
+from qjm.spark import filters
+from qjm.spark.compat import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from qjm.spark.journal import Chunk, JournalClient
-from qjm.spark.markers import MAGIC
+from qjm.spark.markers import DECISIONS, MAGIC
 from qjm.spark.options import ReadOptions, WriteOptions
+from qjm.spark.transactions import hidden_ranges, stable_end, subtract, transactions
 
 SCHEMA = "txid long, segment long, epoch long, record binary"
 STRUCT = StructType(
@@ -63,11 +60,25 @@ class TxidRange(InputPartition):
     index: int
 
 
-def plan_ranges(client: JournalClient, start: int, end: int, per_partition: int) -> list[TxidRange]:
+def hidden(client: JournalClient, opts: ReadOptions) -> list[tuple[int, int]]:
+    """What the read-committed view skips (nothing for ``isolation=read_uncommitted``): uncommitted
+    transactions, and the driver's one-record commit/abort segments unless markers are shown."""
+    if not opts.read_committed:
+        return []
+    heads = client.heads()
+    out = hidden_ranges(transactions(heads))
+    if not opts.show_markers:
+        out += [(h.start, h.end) for h in heads if h.end == h.start and h.marker and h.marker.kind in DECISIONS]
+    return out
+
+
+def plan_ranges(
+    client: JournalClient, start: int, end: int, per_partition: int, skip: list[tuple[int, int]] | None = None
+) -> list[TxidRange]:
     """Partitions follow segments; a segment longer than ``per_partition`` is split into even txid ranges.
 
     Txids past the last finalized segment (the committed part of the in-progress one) are split
-    the same way.
+    the same way. Txids in ``skip`` (uncommitted transactions) get no partition: they are not read.
     """
     bounds: list[tuple[int, int]] = []
     cursor = start
@@ -80,6 +91,8 @@ def plan_ranges(client: JournalClient, start: int, end: int, per_partition: int)
         cursor = hi + 1
     if cursor <= end:
         bounds.append((cursor, end))
+    if skip:
+        bounds = subtract(bounds, skip)
     out: list[TxidRange] = []
     for lo, hi in bounds:
         n = hi - lo + 1
@@ -145,10 +158,20 @@ def _check_schema(schema: StructType) -> None:
 
 
 class QJMBatchReader(DataSourceReader):
-    """``spark.read.format("qjm")``: the journal as of planning time, committed records only."""
+    """``spark.read.format("qjm")``: the journal as of planning time, committed records only.
+
+    ``pushFilters`` (Spark 4.1+) narrows the txid range to what a ``WHERE`` on ``txid`` keeps, so
+    segments outside it are never downloaded; Spark still applies the filters on the rows.
+    """
 
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
+        self.bounds = filters.TxidBounds()
+
+    def pushFilters(self, pushed: list[Any]) -> Iterator[Any]:
+        for f in pushed:
+            if not self.bounds.narrow(f):
+                yield f
 
     def partitions(self) -> Sequence[InputPartition]:
         o = self.opts
@@ -156,6 +179,7 @@ class QJMBatchReader(DataSourceReader):
             start = o.start_txid
             if start == 1:
                 start = earliest_txid(client)
+            start = max(start, self.bounds.lo)
             if o.include_in_progress:
                 end = client.committed_end(start)
             else:
@@ -165,7 +189,11 @@ class QJMBatchReader(DataSourceReader):
                 end = segs[-1].end if segs else start - 1
             if o.end_txid is not None:
                 end = min(end, o.end_txid)
-            return plan_ranges(client, start, end, o.max_records_per_partition) if end >= start else []
+            if self.bounds.hi is not None:
+                end = min(end, self.bounds.hi)
+            if end < start:
+                return []
+            return plan_ranges(client, start, end, o.max_records_per_partition, hidden(client, o))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, TxidRange):  # Spark's placeholder when there are no partitions
@@ -184,9 +212,10 @@ class QJMStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.opts = opts
         self._client: JournalClient | None = None
         self._until: int | None = None  # availableNow: the committed end when the query started
+        self._latest: int | None = None  # the newest txid known committed at the last trigger
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"opts": self.opts, "_client": None, "_until": self._until}
+        return {"opts": self.opts, "_client": None, "_until": self._until, "_latest": None}
 
     def _journal(self) -> JournalClient:
         """Kept open between triggers: this object lives in one long-running worker."""
@@ -220,7 +249,18 @@ class QJMStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         cap = max(0, min(caps)) if caps else None
         if cap == 0:
             return {"txid": nxt}
-        return {"txid": self._journal().committed_end(nxt, cap) + 1}
+        c = self._journal()
+        end = c.committed_end(nxt, cap)
+        # without reading ahead, at least the newest finalized segment's end is known committed
+        self._latest = max(end, max((s.end for s in c.finalized(nxt)), default=end))
+        if self.opts.read_committed:
+            end = stable_end(transactions(c.heads()), nxt, end)
+        return {"txid": end + 1}
+
+    def reportLatestOffset(self) -> dict[str, int] | None:
+        """Spark 4.2+ shows it as the progress's ``latestOffset``: the next txid past what is known
+        committed (the trigger's own end, or the newest finalized segment's end if that is further)."""
+        return None if self._latest is None else {"txid": self._latest + 1}
 
     def prepareForTriggerAvailableNow(self) -> None:
         c = self._journal()
@@ -230,7 +270,8 @@ class QJMStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         lo, hi = int(start["txid"]), int(end["txid"]) - 1
         if hi < lo:
             return []
-        return plan_ranges(self._journal(), lo, hi, self.opts.max_records_per_partition)
+        c = self._journal()
+        return plan_ranges(c, lo, hi, self.opts.max_records_per_partition, hidden(c, self.opts))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, TxidRange):  # Spark's placeholder when there are no partitions
@@ -254,6 +295,8 @@ class QJMDataSource(DataSource):
         return "qjm"
 
     def schema(self) -> StructType:
+        """Spark asks for it in ``load()``: the options are checked here, so a bad one fails there."""
+        ReadOptions.parse(self.options)
         return STRUCT
 
     def reader(self, schema: StructType) -> DataSourceReader:
