@@ -27,6 +27,9 @@ def _explore(w: World) -> ExploreResult:
     return explore(w, time_limit=240)
 
 
+# CPU-bound: about 150 s of two processes on an idle 2-core machine, twice that with both CPUs
+# busy elsewhere. The bound is on a hang; each world's own search limit is explore's time_limit.
+@pytest.mark.timeout(1200)
 def test_small_worlds_are_searched_completely_without_violations() -> None:
     worlds = small_worlds()
     with cf.ProcessPoolExecutor(2, mp_context=mp.get_context("spawn")) as pool:
