@@ -1067,6 +1067,26 @@ cdef str _reason():
     return PyBytes_FromStringAndSize(text, n).decode(errors="replace")
 
 
+cdef SSL *_new_session(SSL_CTX *ctx, BIO **rbio, BIO **wbio) except NULL:
+    """A TLS session of ``ctx`` over two memory BIOs (ciphertext in, ciphertext out), which the
+    session owns: the socket I/O stays plain send/recv in the callers' loops."""
+    ERR_clear_error()
+    cdef SSL *ssl = SSL_new(ctx)
+    if ssl == NULL:
+        raise MemoryError()
+    rbio[0] = BIO_new(BIO_s_mem())
+    wbio[0] = BIO_new(BIO_s_mem())
+    if rbio[0] == NULL or wbio[0] == NULL:
+        if rbio[0] != NULL:
+            BIO_free(rbio[0])
+        if wbio[0] != NULL:
+            BIO_free(wbio[0])
+        SSL_free(ssl)
+        raise MemoryError()
+    SSL_set_bio(ssl, rbio[0], wbio[0])
+    return ssl
+
+
 cdef SSL_CTX *_new_ctx(const SSL_METHOD *method, int verify, ca_file, cert_file, key_file) except NULL:
     # TLS 1.3 only (as qjm.security.tls), this end's certificate and key, the CA to verify the peer.
     cdef bytes ca = os.fsencode(ca_file)
@@ -1145,20 +1165,7 @@ cdef class TlsClient:
         cdef long verify
         if self._ctx == NULL:
             raise ValueError("TlsClient is not initialised")
-        ERR_clear_error()
-        ssl = SSL_new(self._ctx)
-        if ssl == NULL:
-            raise MemoryError()
-        rbio = BIO_new(BIO_s_mem())
-        wbio = BIO_new(BIO_s_mem())
-        if rbio == NULL or wbio == NULL:
-            if rbio != NULL:
-                BIO_free(rbio)
-            if wbio != NULL:
-                BIO_free(wbio)
-            SSL_free(ssl)
-            raise MemoryError()
-        SSL_set_bio(ssl, rbio, wbio)
+        ssl = _new_session(self._ctx, &rbio, &wbio)
         SSL_set_connect_state(ssl)
         # The node's address is checked against its certificate: an IP address against its IP
         # SANs, a host name against its DNS names (and sent as SNI).
@@ -1226,20 +1233,7 @@ cdef class Receiver:
             raise RuntimeError("the TLS handshake already ran")
         if timeout != timeout or timeout <= 0:
             raise ValueError("timeout must be > 0")
-        ERR_clear_error()
-        ssl = SSL_new(tls._ctx)
-        if ssl == NULL:
-            raise MemoryError()
-        rbio = BIO_new(BIO_s_mem())
-        wbio = BIO_new(BIO_s_mem())
-        if rbio == NULL or wbio == NULL:
-            if rbio != NULL:
-                BIO_free(rbio)
-            if wbio != NULL:
-                BIO_free(wbio)
-            SSL_free(ssl)
-            raise MemoryError()
-        SSL_set_bio(ssl, rbio, wbio)
+        ssl = _new_session(tls._ctx, &rbio, &wbio)
         SSL_set_accept_state(ssl)
         with nogil:
             rc = _handshake(ssl, rbio, wbio, self._fd, timeout)
