@@ -334,6 +334,52 @@ class ZooKeeperCluster(PeerCluster):
         return _ZkClient(",".join(f"127.0.0.1:{p}" for p in self.client_ports))
 
 
+def _created(result: Any) -> int:
+    """Records a completed kazoo create acknowledged (its error raised)."""
+    if result.exception is not None:
+        raise result.exception
+    return 1
+
+
+def _multi_created(result: Any) -> int:
+    """Records a completed kazoo multi acknowledged (its first failed operation raised)."""
+    if result.exception is not None:
+        raise result.exception
+    failed = [r for r in result.value if isinstance(r, BaseException)]
+    if failed:
+        raise failed[0]
+    return len(result.value)
+
+
+def _kazoo_windowed(
+    slots: int, seconds: float, send: Callable[[], Any], count: Callable[[Any], int], what: str
+) -> tuple[int, float]:
+    """Keep ``slots`` kazoo requests in flight for ``seconds``: ``send`` starts one and returns its
+    async result, ``count`` gives the records an answered one acknowledged. Returns the records
+    acknowledged and the seconds until the last answer."""
+    window = threading.BoundedSemaphore(slots)
+    acked = [0]
+    errors: list[BaseException] = []
+
+    def done(result: Any) -> None:  # in kazoo's completion thread
+        try:
+            acked[0] += count(result)
+        except BaseException as e:
+            errors.append(e)
+        window.release()
+
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds and not errors:
+        window.acquire()
+        send().rawlink(done)
+    for _ in range(slots):  # drain: every slot back means every request answered
+        window.acquire()
+    elapsed = time.perf_counter() - t0
+    if errors:
+        raise RuntimeError(f"zookeeper: {what} failed: {errors[0]!r}")
+    return acked[0], elapsed
+
+
 class _ZkClient(PeerClient):
     def __init__(self, hosts: str) -> None:
         try:
@@ -354,57 +400,19 @@ class _ZkClient(PeerClient):
         return data
 
     def pipelined(self, value: bytes, seconds: float) -> tuple[int, float]:
-        window = threading.BoundedSemaphore(ZK_WINDOW)
-        acked = [0]
-        errors: list[BaseException] = []
+        def create() -> Any:
+            return self.zk.create_async("/qjm-bench/p-", value, sequence=True)
 
-        def done(result: Any) -> None:  # in kazoo's completion thread
-            if result.exception is not None:
-                errors.append(result.exception)
-            else:
-                acked[0] += 1
-            window.release()
-
-        t0 = time.perf_counter()
-        while time.perf_counter() - t0 < seconds and not errors:
-            window.acquire()
-            self.zk.create_async("/qjm-bench/p-", value, sequence=True).rawlink(done)
-        for _ in range(ZK_WINDOW):  # drain: every slot back means every request answered
-            window.acquire()
-        elapsed = time.perf_counter() - t0
-        if errors:
-            raise RuntimeError(f"zookeeper: pipelined create failed: {errors[0]!r}")
-        return acked[0], elapsed
+        return _kazoo_windowed(ZK_WINDOW, seconds, create, _created, "pipelined create")
 
     def batched(self, value: bytes, seconds: float) -> tuple[int, float]:
-        window = threading.BoundedSemaphore(ZK_MULTI_WINDOW)
-        acked = [0]
-        errors: list[BaseException] = []
-
-        def done(result: Any) -> None:  # in kazoo's completion thread
-            if result.exception is not None:
-                errors.append(result.exception)
-            else:
-                failed = [r for r in result.value if isinstance(r, BaseException)]
-                if failed:
-                    errors.append(failed[0])
-                else:
-                    acked[0] += len(result.value)
-            window.release()
-
-        t0 = time.perf_counter()
-        while time.perf_counter() - t0 < seconds and not errors:
-            window.acquire()
+        def multi() -> Any:
             tx = self.zk.transaction()
             for _ in range(ZK_MULTI):
                 tx.create("/qjm-bench/b-", value, sequence=True)
-            tx.commit_async().rawlink(done)
-        for _ in range(ZK_MULTI_WINDOW):
-            window.acquire()
-        elapsed = time.perf_counter() - t0
-        if errors:
-            raise RuntimeError(f"zookeeper: multi failed: {errors[0]!r}")
-        return acked[0], elapsed
+            return tx.commit_async()
+
+        return _kazoo_windowed(ZK_MULTI_WINDOW, seconds, multi, _multi_created, "multi")
 
     def close(self) -> None:
         self.zk.stop()
