@@ -27,10 +27,6 @@ __all__ = ["ThreadedLink"]
 
 
 @functools.lru_cache(maxsize=16)
-def _client_context(tls: TlsConfig) -> ssl.SSLContext:
-    return tls.client_ssl_context()
-
-
 class ThreadedLink:
     """One TCP connection to a node's data plane: a sender thread, a receiver thread, cumulative acks."""
 
@@ -49,7 +45,7 @@ class ThreadedLink:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if tls is not None:
             try:
-                sock = _client_context(tls).wrap_socket(sock, server_hostname=host)  # the handshake
+                sock = tls.client_ssl_context().wrap_socket(sock, server_hostname=host)  # the handshake
             except ssl.SSLError as e:
                 sock.close()
                 raise TlsError(f"{name}: TLS handshake with the data plane failed: {e}") from None
