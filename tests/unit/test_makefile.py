@@ -4,6 +4,7 @@ that venv. Read from `make -n`, which prints each target's commands without runn
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -19,7 +20,11 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is no
 
 
 def commands(*args: str) -> list[str]:
-    r = subprocess.run(["make", "-n", "-B", *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    # The Makefile's defaults, whatever the calling make was given: `make check PY=...` exports PY
+    # and MAKEFLAGS to its recipes, and so to this child make.
+    calling = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "PY", "PYTHON", "VENV")
+    env = {k: v for k, v in os.environ.items() if k not in calling}
+    r = subprocess.run(["make", "-n", "-B", *args], cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
     assert r.returncode == 0, r.stderr
     return [line.strip() for line in r.stdout.splitlines() if line.strip()]
 
