@@ -26,6 +26,7 @@ log = logging.getLogger("qjm.follow")
 
 _RETRY_FIRST = 0.01  # after every node failed in a row: wait this long, doubling up to ...
 _RETRY_MAX = 0.5
+_MAX_DOUBLINGS = 6  # 0.01 * 2**6 > _RETRY_MAX
 
 
 class Follower:
@@ -90,7 +91,8 @@ class Follower:
                 self.failovers += 1
                 self._turn = (self._turn + 1) % len(self.nodes)
                 if failed_in_a_row >= len(self.nodes):
-                    self._closed.wait(min(_RETRY_FIRST * 2 ** (failed_in_a_row - len(self.nodes)), _RETRY_MAX))
+                    doublings = min(failed_in_a_row - len(self.nodes), _MAX_DOUBLINGS)  # past it, 2**n overflows a float
+                    self._closed.wait(min(_RETRY_FIRST * 2**doublings, _RETRY_MAX))
         finally:
             self.close()
 

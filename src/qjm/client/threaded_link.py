@@ -8,7 +8,6 @@ is not built (``QJM_NO_EXTENSIONS=1``). With TLS the connection is an ``ssl.SSLS
 
 from __future__ import annotations
 
-import functools
 import queue
 import socket
 import ssl
@@ -26,7 +25,6 @@ from qjm.security.tls import TlsConfig
 __all__ = ["ThreadedLink"]
 
 
-@functools.lru_cache(maxsize=16)
 class ThreadedLink:
     """One TCP connection to a node's data plane: a sender thread, a receiver thread, cumulative acks."""
 
