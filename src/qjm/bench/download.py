@@ -32,8 +32,8 @@ print(n, grew)
 
 def _write_missed_segment(cluster: MiniJournalCluster, mib: int) -> int:
     """One finalized segment of ``mib`` MiB, written while node 2 is down (stopped once the journal
-    is formatted); returns its last txid."""
-    w = qjm.open_writer(cluster.uri, create=True)
+    is formatted); returns its last txid. Rolling is off: the phase measures one segment of that size."""
+    w = qjm.open_writer(cluster.uri, create=True, roll_bytes=0, roll_interval=0)
     cluster.stop(2)
     n = mib * MIB // len(RECORD)
     w.append_many(RECORD for _ in range(n))
