@@ -94,6 +94,8 @@ def run(
       that reader, and the read's seconds;
     - with ``tls``: ``summary.native_tls`` (qjm native with mutual TLS on both planes, its
       failovers by other processes not measured) and ``tls_goals`` (each goal's ratio and verdict);
+    - ``failed_phases`` (only when one failed): phase name → the error; the other phases' figures
+      are still reported, and ``qjm bench`` exits with 1;
     - ``raw``: every sample of every worker (latency samples per phase, in seconds).
     """
     check_options(plot, directory)
@@ -102,6 +104,7 @@ def run(
     # absolute: the peers' servers run in directories of their own and are given paths under it
     base = tempfile.mkdtemp(prefix="qjm-bench-", dir=os.path.abspath(directory) if directory else None)
     peer_raw: dict[str, dict[str, Any]] = {}
+    failed: dict[str, str] = {}
     t0 = time.monotonic()
     try:
         machine = machine_info(base)
@@ -123,7 +126,12 @@ def run(
         download = None
         if not smoke:
             progress(f"download_rss_mib: a {DOWNLOAD_MIB} MiB segment ({time.monotonic() - t0:.0f} s so far)", False)
-            download = measure_download_rss(os.path.join(base, "download"), DOWNLOAD_MIB)
+            try:
+                download = measure_download_rss(os.path.join(base, "download"), DOWNLOAD_MIB)
+            except (AssertionError, OSError, RuntimeError, subprocess.SubprocessError) as e:
+                # one phase that fails does not throw away the others' minutes of figures
+                failed["download_rss_mib"] = f"{type(e).__name__}: {e}"
+                progress(f"download_rss_mib failed: {e}", False)
         if peers:
             machine["loadavg_before_peers"] = os.getloadavg()
             for name in PEERS:
@@ -142,6 +150,8 @@ def run(
     }
     if download is not None:
         result["download_rss_mib"] = download
+    if failed:
+        result["failed_phases"] = failed
     if peers:
         meta = ("durable", "version", "how", "how_batched")
         result["peers"] = {k: summarise(v) | {m: v[m] for m in meta} for k, v in peer_raw.items()}
@@ -181,8 +191,10 @@ def run_from(a: argparse.Namespace) -> int:
     except BenchUsageError as e:
         print(f"qjm bench: {e}", file=sys.stderr)
         return 2
-    run(smoke=a.smoke, json_out=a.json, plot=a.plot, peers=a.peers, directory=a.dir, tls=a.tls)
-    return 0
+    result = run(smoke=a.smoke, json_out=a.json, plot=a.plot, peers=a.peers, directory=a.dir, tls=a.tls)
+    for phase, why in result.get("failed_phases", {}).items():
+        print(f"qjm bench: the {phase} phase failed: {why}", file=sys.stderr)
+    return 1 if result.get("failed_phases") else 0
 
 
 def main(argv: list[str] | None = None) -> int:
