@@ -174,6 +174,8 @@ def test_bad_data_plane_clients_are_refused_while_a_good_writer_writes(
     closed_by_node(hostport, b"\x16" + os.urandom(300), every=0)  # garbage that starts like a handshake
 
     assert node.data_server.tls_refusals - refused_before >= 7
+    scraped = node.metrics.registry.get_sample_value("qjm_node_data_connections_refused_total", {"reason": "tls"})
+    assert scraped == node.data_server.tls_refusals  # operators see the refusals on /metrics
     written = good.finish()
     assert written, "the good writer committed nothing while the bad clients were refused"
     assert read_all(uri, pki.clients["bob"]) == written  # nothing else reached any journal

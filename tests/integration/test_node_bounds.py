@@ -190,6 +190,7 @@ def test_data_connections_are_bounded_and_idle_ones_closed(node_factory) -> None
     eventually(lambda: node.data_server.connection_count() == 4, what="four connections served")
     with socket.create_connection(addr) as fifth:  # past the bound: refused at once, no thread
         assert b"RESOURCE_EXHAUSTED" in read_reply(fifth, timeout=5)
+    assert node.metrics.registry.get_sample_value("qjm_node_data_connections_refused_total", {"reason": "limit"}) == 1
     # a connection that never says hello is closed after hello_timeout
     for s in silent:
         assert read_reply(s, timeout=10) == b""

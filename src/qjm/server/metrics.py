@@ -19,7 +19,8 @@ Names (Hadoop's in parentheses): per journal, label ``journal``:
 ``qjm_journal_fenced_requests_total``, ``qjm_journal_formatted``. Per node: ``qjm_node_journals``,
 ``qjm_node_journal_load_failures``, ``qjm_node_storage_writable``, ``qjm_node_data_dir_free_bytes``,
 ``qjm_node_start_time_seconds``, ``qjm_node_info``; ``qjm_authz_denied_total`` (labels ``journal``,
-``role``: requests refused for want of a role, design §9.2).
+``role``: requests refused for want of a role, design §9.2); ``qjm_node_data_connections_refused_total``
+(label ``reason``: ``tls`` for a failed or missing TLS handshake, ``limit`` for max_data_connections).
 """
 
 from __future__ import annotations
@@ -123,8 +124,10 @@ class NodeMetrics(Collector):
         journals: Callable[[], list[Journal]],
         load_failures: Callable[[], Mapping[str, str]],
         info: Callable[[], Mapping[str, str]],
+        refused: Callable[[], Mapping[str, int]] = dict,
     ) -> None:
         self.data_dir = data_dir
+        self._refused = refused
         self._journals = journals
         self._failures = load_failures
         self._info = info
@@ -282,6 +285,15 @@ class NodeMetrics(Collector):
         for (jid, role), n in sorted(self.denied().items()):
             denied.add_metric([jid, role], n)
         yield denied
+        refused = counter(
+            "qjm_node_data_connections_refused",
+            "Data-plane connections the node refused before any frame: a failed or missing TLS handshake "
+            "(reason tls), or max_data_connections reached (reason limit)",
+            ["reason"],
+        )
+        for reason, n in sorted(self._refused().items()):
+            refused.add_metric([reason], n)
+        yield refused
 
         yield _value(gauge("qjm_node_journals", "Journals loaded on this node"), len(journals))
         yield _value(

@@ -185,9 +185,11 @@ class JournalNode:
                 on_open=self._on_open,
             )  # fmt: skip
             data_server = DataServer((self.data_host, data_port), self.journals, self.limits, tls=self.tls)
+            data = data_server  # bound for the lambda: the attribute is set once the node is up
             self.metrics = NodeMetrics(
-                self.data_dir, self.loaded_journals, lambda: dict(self.load_failures), self._info
-            )
+                self.data_dir, self.loaded_journals, lambda: dict(self.load_failures), self._info,
+                lambda: {"tls": data.tls_refusals, "limit": data.refused_connections},
+            )  # fmt: skip
             # ``http_port`` None: no HTTP port (library use); 0: any free port. It listens on ``host``
             # unless ``http_host`` says otherwise (Hadoop's dfs.journalnode.http-bind-host).
             if http_port is not None:
