@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import pickle
 import threading
+import time
 from collections import Counter
+from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
 import qjm
 from qjm.client.loggers import CallHooks
+from qjm.errors import QuorumError
 from qjm.spark.compat import ReadAllAvailable
 from qjm.spark.feed import CommitFeed
 from qjm.spark.journal import JournalClient
@@ -96,7 +100,7 @@ def test_feed_keeps_heads_for_the_read_committed_view(uri: str) -> None:
         reader.stop()
 
 
-def test_feed_fails_over_when_its_node_dies(tmp_path: object) -> None:
+def test_feed_fails_over_when_its_node_dies(tmp_path: Path) -> None:
     with MiniJournalCluster(3, str(tmp_path)) as c:
         w = qjm.open_writer(c.uri, create=True)
         w.append_many([b"a%d" % t for t in range(1, 101)])
@@ -117,3 +121,28 @@ def test_feed_fails_over_when_its_node_dies(tmp_path: object) -> None:
             feed.close()
             jc.close()
             w.close()
+
+
+def test_feed_fails_once_no_majority_answered_for_the_timeout(tmp_path: Path) -> None:
+    with MiniJournalCluster(3, str(tmp_path)) as c:
+        w = qjm.open_writer(c.uri, create=True)
+        w.append_many([b"a%d" % t for t in range(1, 11)])
+        w.sync()
+        config = ReadOptions.parse({"uri": c.uri, "majorityLossTimeout": "1"}).config
+        feed = CommitFeed(c.uri, config, 1, majority_loss_timeout=1.0)
+        try:
+            assert feed.wait_for(10, WAIT) == 10
+            c.pause(1)
+            c.pause(2)
+            paused_at = time.monotonic()
+            with pytest.raises(QuorumError, match="majorityLossTimeout") as ei:
+                feed.wait_for(11, WAIT)  # never pushed: only the paused majority could commit it
+            assert time.monotonic() - paused_at < 1.0 + 10.0  # the timeout, then a probe's period
+            assert c.name(0) in str(ei.value)  # the node that still answers is named
+            with pytest.raises(QuorumError):
+                feed.end()  # every later trigger fails the same way
+        finally:
+            feed.close()
+            c.resume(1)
+            c.resume(2)
+            w.abort()

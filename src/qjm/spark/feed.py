@@ -163,10 +163,11 @@ class CommitFeed:
                 if pending is None or pending.done():  # a paused node's call hangs: queue none behind it
                     fut = self._probes[lg.name] = lg.get_journal_state()
                     fut.add_done_callback(functools.partial(self._answered, lg.name))
-            fresh = [n for n, at in self._answered_at.items() if now - at <= 2 * interval]
-            if len(fresh) >= need:
-                self._majority_at = now
-            elif now - self._majority_at > timeout:
+            times = sorted(self._answered_at.values(), reverse=True)
+            if len(times) >= need:  # when a majority last answered: the majority-th latest answer
+                self._majority_at = max(self._majority_at, times[need - 1])
+            if now - self._majority_at > timeout:
+                fresh = [n for n, at in self._answered_at.items() if now - at <= 2 * interval]
                 self._fail(
                     QuorumError(
                         f"no majority of the journal's {len(nodes)} nodes answered for {timeout:g}s "
