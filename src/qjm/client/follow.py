@@ -91,7 +91,8 @@ class Follower:
                 self.failovers += 1
                 self._turn = (self._turn + 1) % len(self.nodes)
                 if failed_in_a_row >= len(self.nodes):
-                    doublings = min(failed_in_a_row - len(self.nodes), _MAX_DOUBLINGS)  # past it, 2**n overflows a float
+                    # capped: past it, 2**n overflows a float
+                    doublings = min(failed_in_a_row - len(self.nodes), _MAX_DOUBLINGS)
                     self._closed.wait(min(_RETRY_FIRST * 2**doublings, _RETRY_MAX))
         finally:
             self.close()
