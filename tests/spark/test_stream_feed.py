@@ -20,7 +20,7 @@ from qjm.spark.feed import CommitFeed
 from qjm.spark.journal import JournalClient
 from qjm.spark.options import ReadOptions, WriteOptions
 from qjm.spark.sink import commit_all, write_task
-from qjm.spark.source import QJMStreamReader
+from qjm.spark.source import QJMBatchReader, QJMStreamReader
 from qjm.testing.minicluster import MiniJournalCluster
 
 WAIT = 60.0  # bound on waiting for a push; only reached if the feed is broken
@@ -146,3 +146,22 @@ def test_feed_fails_once_no_majority_answered_for_the_timeout(tmp_path: Path) ->
             c.resume(1)
             c.resume(2)
             w.abort()
+
+
+def test_majority_loss_timeout_bounds_a_batch_read_of_a_paused_majority(tmp_path: Path) -> None:
+    with MiniJournalCluster(3, str(tmp_path)) as c:
+        w = qjm.open_writer(c.uri, create=True)
+        w.append_many([b"a%d" % t for t in range(1, 11)])
+        w.close()
+        reader = QJMBatchReader(ReadOptions.parse({"uri": c.uri, "majorityLossTimeout": "2"}))
+        assert [(p.start, p.end) for p in reader.partitions()] == [(1, 10)]
+        c.pause(1)
+        c.pause(2)
+        try:
+            paused_at = time.monotonic()
+            with pytest.raises(QuorumError, match="majorityLossTimeout: 2s"):
+                reader.partitions()
+            assert time.monotonic() - paused_at < 2.0 + 10.0
+        finally:
+            c.resume(1)
+            c.resume(2)

@@ -24,7 +24,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
 from qjm.client.loggers import CallHooks
-from qjm.errors import ConfigError, NotFoundError
+from qjm.errors import ConfigError, NotFoundError, QuorumError
 from qjm.spark import filters
 from qjm.spark.compat import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from qjm.spark.feed import CommitFeed
@@ -176,6 +176,14 @@ class QJMBatchReader(DataSourceReader):
                 yield f
 
     def partitions(self) -> Sequence[InputPartition]:
+        try:
+            return self._plan()
+        except QuorumError as e:
+            if self.opts.majority_loss_timeout is None:
+                raise
+            raise QuorumError(f"{e} (option majorityLossTimeout: {self.opts.majority_loss_timeout:g}s)") from None
+
+    def _plan(self) -> list[TxidRange]:
         o = self.opts
         with JournalClient(o.uri, o.config) as client:
             start = o.start_txid
