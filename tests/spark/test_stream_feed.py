@@ -14,6 +14,7 @@ import pytest
 
 import qjm
 from qjm.client.loggers import CallHooks
+from qjm.config import QJMConfig
 from qjm.errors import QuorumError
 from qjm.spark.compat import ReadAllAvailable
 from qjm.spark.feed import CommitFeed
@@ -165,3 +166,28 @@ def test_majority_loss_timeout_bounds_a_batch_read_of_a_paused_majority(tmp_path
         finally:
             c.resume(1)
             c.resume(2)
+
+
+def test_without_the_timeout_a_feed_waits_through_a_killed_majority(tmp_path: Path) -> None:
+    with MiniJournalCluster(3, str(tmp_path)) as c:
+        w = qjm.open_writer(c.uri, create=True, config=QJMConfig().with_timeouts(write_txns=3))
+        w.append_many([b"a%d" % t for t in range(1, 11)])
+        w.sync()
+        feed = CommitFeed(c.uri, QJMConfig().with_timeouts(reconnect=0.2), 1)
+        try:
+            assert feed.wait_for(10, WAIT) == 10
+            c.kill(1)
+            c.kill(2)
+            w.append(b"no majority to take it")
+            with pytest.raises(qjm.QJMError):  # 3 s without a majority: the writer gives up ...
+                w.sync()
+            assert feed.end() == 10  # ... the feed does not, and made nothing up
+            w.abort()
+            c.start(1)
+            c.start(2)
+            w2 = qjm.open_writer(c.uri)
+            n = w2.append_many([b"b%d" % t for t in range(5)])
+            w2.close()
+            assert feed.wait_for(n, WAIT) == n
+        finally:
+            feed.close()
