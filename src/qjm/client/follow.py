@@ -91,8 +91,7 @@ class Follower:
                 self.failovers += 1
                 self._turn = (self._turn + 1) % len(self.nodes)
                 if failed_in_a_row >= len(self.nodes):
-                    # capped: past it, 2**n overflows a float
-                    doublings = min(failed_in_a_row - len(self.nodes), _MAX_DOUBLINGS)
+                    doublings = min(failed_in_a_row - len(self.nodes), _MAX_DOUBLINGS)  # past it, 2**n overflows a float
                     self._closed.wait(min(_RETRY_FIRST * 2**doublings, _RETRY_MAX))
         finally:
             self.close()
