@@ -45,6 +45,8 @@ def test_options_are_checked(spark: Any, uri: str) -> None:
     bad_stream = spark.readStream.format("qjm").option("uri", uri).option("maxRecordsPerTrigger", "0")
     assert "option 'maxRecordsPerTrigger'" in _error(bad_stream.load)
     assert "option 'uri' is required" in _error(spark.readStream.format("qjm").load)
+    lossy = spark.readStream.format("qjm").option("uri", uri).option("majorityLossTimeout", "soon")
+    assert "option 'majorityLossTimeout' must be a number" in _error(lossy.load)
     assert "fixed schema" in _error(
         lambda: spark.read.format("qjm").schema("x long").option("uri", uri).load().collect()
     )
@@ -77,8 +79,12 @@ def test_options_are_checked(spark: Any, uri: str) -> None:
     assert "option 'serializer'" in bad(WriteOptions.parse, uri=uri, serializer="xml")
     assert "option 'segmentRecords'" in bad(WriteOptions.parse, uri=uri, segmentRecords="0")
     assert "unknown option 'starttxid'" in bad(WriteOptions.parse, uri=uri, startTxid="1")
+    assert "option 'majorityLossTimeout' must be > 0" in bad(ReadOptions.parse, uri=uri, majorityLossTimeout="0")
     o = ReadOptions.parse({"PATH": uri, "STARTTXID": "latest", "qjm.reconnect_timeout": "0.5"})
     assert (o.uri, o.start_latest, o.config.timeouts.reconnect) == (uri, True, 0.5)
+    assert o.majority_loss_timeout is None and o.partition_wait == 120.0  # unset: a read waits for its majority
+    o = ReadOptions.parse({"uri": uri, "majorityLossTimeout": "7.5", "readTimeout": "30"})
+    assert (o.majority_loss_timeout, o.partition_wait, o.config.timeouts.select_input_streams) == (7.5, 7.5, 7.5)
 
 
 def test_read_columns_segments_epochs_and_ranges(spark: Any, uri: str) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,15 @@ class _Journal:
         w.sync()
 
 
+def _drain(q: Any, done: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
+    """Run triggers until ``done()``. The nodes push a commit to the stream a moment after the
+    writer's ``sync()`` returns, so one trigger right after it may still see the older end."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, f"the query did not deliver {what} in {timeout}s"
+        q.processAllAvailable()
+
+
 def _tail(spark: Any, uri: str, checkpoint: Path, seen: list[tuple[int, list[tuple[int, int, bytes]]]]) -> Any:
     lock = threading.Lock()
 
@@ -67,8 +78,12 @@ def test_stream_survives_writer_failover_and_node_loss(spark: Any, tmp_path: Pat
         w1.roll()
         j.put(w1, 300)  # committed, in w1's still open segment
         q = _tail(spark, c.uri, tmp_path / "ck", seen)
+
+        def upto(n: int) -> None:
+            _drain(q, lambda: sum(len(rows) for _, rows in list(seen)) >= n, f"{n} records")
+
         try:
-            q.processAllAvailable()  # the backlog, 250 records a batch, the last ones from w1's open segment
+            upto(j.n)  # the backlog, 250 records a batch, the last ones from w1's open segment
             j.put(w1, 100)
             # a second writer fences the first and recovers its open segment, under the running query
             w2 = qjm.open_writer(c.uri)
@@ -77,14 +92,16 @@ def test_stream_survives_writer_failover_and_node_loss(spark: Any, tmp_path: Pat
                 w1.sync()
             w1.abort()
             j.put(w2, 300)
-            q.processAllAvailable()
-            c.kill(0)  # SIGKILL a node: the in-progress segment is read from the two others
+            upto(j.n)
+            # SIGKILL a node: the one the driver's feed follows first (node 0), so the committed end
+            # comes from another; partitions read the in-progress segment from the two others
+            c.kill(0)
             j.put(w2, 300)
-            q.processAllAvailable()
+            upto(j.n)
             w2.roll()
             j.put(w2, 200)
             w2.close()
-            q.processAllAvailable()  # finalized segments, from whichever live replica lists them
+            upto(j.n)  # finalized segments, from whichever live replica lists them
             assert q.exception() is None
         finally:
             q.stop()
@@ -166,7 +183,7 @@ def test_stream_waits_for_commits_and_skips_aborted_writes(spark: Any, uri: str,
         .start()
     )
     try:
-        q.processAllAvailable()
+        _drain(q, lambda: len(got) >= 100, "the first 100 records")
         assert got == list(range(1, 101))
         assert json.loads(q.lastProgress["sources"][0]["latestOffset"]) == {"txid": 101}
         opts = WriteOptions.parse({"uri": uri})
@@ -175,7 +192,7 @@ def test_stream_waits_for_commits_and_skips_aborted_writes(spark: Any, uri: str,
         q.processAllAvailable()
         assert got == list(range(1, 101))  # written, not committed: the stream waits at txid 101
         commit_all(opts, [done])  # 113, in a segment of its own
-        q.processAllAvailable()
+        _drain(q, lambda: len(got) >= 110, "the committed write")
         assert got == list(range(1, 101)) + list(range(102, 112))
         with pytest.raises(InjectedFailure):  # 114 begin, 115-119: never committed
             bad = WriteOptions.parse({"uri": uri, "_test.failAfterRecords": "5"})
@@ -183,9 +200,82 @@ def test_stream_waits_for_commits_and_skips_aborted_writes(spark: Any, uri: str,
         w = qjm.open_writer(uri)  # the journal goes on: the unfinished write is decided aborted
         w.append_many([b"after-1", b"after-2"])
         w.close()
-        q.processAllAvailable()
+        _drain(q, lambda: got[-1] == 121, "the records after the aborted write")
         assert got[-3:] == [111, 120, 121]
         assert json.loads(q.lastProgress["sources"][0]["latestOffset"]) == {"txid": 122}
         assert q.exception() is None
     finally:
         q.stop()
+
+
+def _collect(spark: Any, uri: str, checkpoint: Path, got: list[int], **options: str) -> Any:
+    r = spark.readStream.format("qjm").option("uri", uri)
+    for k, v in options.items():
+        r = r.option(k, v)
+    return (
+        r.load()
+        .writeStream.foreachBatch(lambda df, _: got.extend(r.txid for r in df.orderBy("txid").collect()))
+        .option("checkpointLocation", str(checkpoint))
+        .start()
+    )
+
+
+def test_majority_loss_timeout_fails_a_stream_whose_majority_is_paused(spark: Any, tmp_path: Path) -> None:
+    with MiniJournalCluster(3, str(tmp_path / "jn")) as c:
+        w = qjm.open_writer(c.uri, create=True)
+        w.append_many(_rec(t) for t in range(1, 101))
+        w.sync()
+        got: list[int] = []
+        q = _collect(spark, c.uri, tmp_path / "ck", got, majorityLossTimeout="3")
+        try:
+            _drain(q, lambda: len(got) >= 100, "the first 100 records")
+            c.pause(1)
+            c.pause(2)
+            paused_at = time.monotonic()
+            with pytest.raises(Exception) as ei:  # the query's error, raised by awaitTermination
+                q.awaitTermination(120)
+            waited = time.monotonic() - paused_at
+            err = str(ei.value)
+            assert "majorityLossTimeout" in err and "QuorumError" in err, err
+            assert c.name(0) in err  # the one node still answering is named
+            assert not q.isActive
+            assert waited < 3 + 30, f"failed {waited:.1f}s after the majority was paused"  # timeout + Spark's slack
+            assert got == list(range(1, 101))
+        finally:
+            q.stop()
+            c.resume(1)
+            c.resume(2)
+            w.abort()
+
+
+def test_without_majority_loss_timeout_a_stream_waits_for_its_paused_majority(spark: Any, tmp_path: Path) -> None:
+    with MiniJournalCluster(3, str(tmp_path / "jn")) as c:
+        w = qjm.open_writer(c.uri, create=True, config=QJMConfig().with_timeouts(write_txns=5))
+        w.append_many(_rec(t) for t in range(1, 101))
+        w.sync()
+        got: list[int] = []
+        q = _collect(spark, c.uri, tmp_path / "ck", got)
+        try:
+            _drain(q, lambda: len(got) >= 100, "the first 100 records")
+            c.pause(1)
+            c.pause(2)
+            try:
+                w.append(b"no majority to take it")
+                with pytest.raises(qjm.QJMError):  # the writer gives up after 5 s without a majority ...
+                    w.sync()
+                assert q.isActive and q.exception() is None  # ... the stream does not
+            finally:
+                c.resume(1)
+                c.resume(2)
+            w.abort()
+            w2 = qjm.open_writer(c.uri)  # recovers the journal, then goes on
+            w2.append_many([b"after-%d" % t for t in range(50)])
+            w2.close()
+            with qjm.open_reader(c.uri) as r:
+                want = [t for t, _ in r]
+            assert len(want) >= 150
+            _drain(q, lambda: len(got) >= len(want), "the records written after the majority came back")
+            assert got == want
+            assert q.isActive and q.exception() is None
+        finally:
+            q.stop()

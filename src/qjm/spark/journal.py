@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from qjm._native import framing
+from qjm.client.loggers import CallHooks
 from qjm.client.manager import QuorumJournalManager
 from qjm.client.replicas import ReplicaReader, Segment, finalized_segments
 from qjm.client.segment_stream import committed_in_progress
@@ -45,7 +46,8 @@ class Head:
     marker: Marker | None
 
 
-def _head_marker(buf: bytes | bytearray, pos: int, record_count: int) -> Marker | None:
+def head_marker(buf: bytes | bytearray, pos: int, record_count: int) -> Marker | None:
+    """The marker a segment's first frame holds, if that frame is one marker alone."""
     if record_count != 1:
         return None
     (rec,) = framing.decode_records(buf, pos)
@@ -69,8 +71,8 @@ class Chunk:
 class JournalClient:
     """A reader's handle on a journal; needs no epoch, so it never disturbs the writer. Not thread-safe."""
 
-    def __init__(self, uri: str, config: QJMConfig | None = None) -> None:
-        self.qjm = QuorumJournalManager(uri, config=config)
+    def __init__(self, uri: str, config: QJMConfig | None = None, hooks: CallHooks | None = None) -> None:
+        self.qjm = QuorumJournalManager(uri, config=config, hooks=hooks)
         self._replicas = ReplicaReader(self.qjm)
         self._heads: dict[tuple[int, int], Head] = {}
 
@@ -128,7 +130,7 @@ class JournalClient:
             head = self._heads.get((seg.start, seg.end))
             if head is None:
                 for buf, pos, h in self._replicas.frames(seg, seg.start, seg.start):
-                    head = Head(seg.start, seg.end, h.epoch, _head_marker(buf, pos, h.record_count))
+                    head = Head(seg.start, seg.end, h.epoch, head_marker(buf, pos, h.record_count))
                     break
                 assert head is not None  # frames() yields the first frame or raises
                 self._heads[(seg.start, seg.end)] = head
@@ -140,7 +142,7 @@ class JournalClient:
             if durable > 0 and edits is not None:
                 h = framing.decode_header(edits.frames, 0)
                 if h.segment_txid == nxt:
-                    head = Head(nxt, OPEN_END, h.epoch, _head_marker(edits.frames, 0, h.record_count))
+                    head = Head(nxt, OPEN_END, h.epoch, head_marker(edits.frames, 0, h.record_count))
                     self._heads[(nxt, OPEN_END)] = head
         if head is not None:
             out.append(head)

@@ -32,6 +32,7 @@ _READ_KEYS = frozenset(
         "maxrecordspertrigger",
         "readtimeout",
         "isolation",
+        "majoritylosstimeout",
     }
 )
 ISOLATIONS = ("read_committed", "read_uncommitted")
@@ -148,7 +149,16 @@ class ReadOptions:
     max_records_per_trigger: int | None = None
     read_timeout: float = 120.0
     read_committed: bool = True
+    # None: a read whose majority is gone waits for it; else it fails after this many seconds
+    majority_loss_timeout: float | None = None
     config: QJMConfig = field(default_factory=QJMConfig)
+
+    @property
+    def partition_wait(self) -> float:
+        """How long a partition waits for committed txids no live majority serves yet."""
+        if self.majority_loss_timeout is None:
+            return self.read_timeout
+        return min(self.read_timeout, self.majority_loss_timeout)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -168,6 +178,16 @@ class ReadOptions:
         isolation = opts.get("isolation", ISOLATIONS[0]).strip().lower()
         if isolation not in ISOLATIONS:
             raise ConfigError(f"option 'isolation' must be one of {', '.join(ISOLATIONS)}, got {isolation!r}")
+        config = _client_config(opts)
+        loss: float | None = None
+        if opts.get("majoritylosstimeout", "").strip():
+            loss = _float(opts, "majoritylosstimeout", "majorityLossTimeout", 0.0)
+            t = config.timeouts
+            # a planning call to a silent majority then gives up within the bound too
+            config = config.with_timeouts(
+                select_input_streams=min(t.select_input_streams, loss),
+                get_journal_state=min(t.get_journal_state, loss),
+            )
         return cls(
             uri=_uri(opts),
             start_txid=start,
@@ -179,7 +199,8 @@ class ReadOptions:
             max_records_per_trigger=_int(opts, "maxrecordspertrigger", "maxRecordsPerTrigger", None, 1),
             read_timeout=_float(opts, "readtimeout", "readTimeout", 120.0),
             read_committed=isolation == "read_committed",
-            config=_client_config(opts),
+            majority_loss_timeout=loss,
+            config=config,
         )
 
 

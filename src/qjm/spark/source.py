@@ -23,9 +23,11 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
-from qjm.errors import ConfigError, NotFoundError
+from qjm.client.loggers import CallHooks
+from qjm.errors import ConfigError, NotFoundError, QuorumError
 from qjm.spark import filters
 from qjm.spark.compat import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from qjm.spark.feed import CommitFeed
 from qjm.spark.journal import Chunk, JournalClient
 from qjm.spark.markers import DECISIONS, MAGIC
 from qjm.spark.options import ReadOptions, WriteOptions
@@ -115,7 +117,7 @@ def read_range(opts: ReadOptions, part: TxidRange) -> Iterator[pa.RecordBatch]:
     with JournalClient(opts.uri, opts.config) as client:
         pending: list[Chunk] = []
         rows = 0
-        for chunk in client.read(part.start, part.end, prefer=part.index, timeout=opts.read_timeout):
+        for chunk in client.read(part.start, part.end, prefer=part.index, timeout=opts.partition_wait):
             pending.append(chunk)
             rows += len(chunk.records)
             if rows >= ROWS_PER_BATCH:
@@ -174,6 +176,14 @@ class QJMBatchReader(DataSourceReader):
                 yield f
 
     def partitions(self) -> Sequence[InputPartition]:
+        try:
+            return self._plan()
+        except QuorumError as e:
+            if self.opts.majority_loss_timeout is None:
+                raise
+            raise QuorumError(f"{e} (option majorityLossTimeout: {self.opts.majority_loss_timeout:g}s)") from None
+
+    def _plan(self) -> list[TxidRange]:
         o = self.opts
         with JournalClient(o.uri, o.config) as client:
             start = o.start_txid
@@ -205,23 +215,46 @@ class QJMStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``spark.readStream.format("qjm")``: tails committed records; offset ``{"txid": next txid to read}``.
 
     Offsets are txids, so a restarted query resumes exactly where its checkpoint says, whichever
-    writer or replicas hold the journal by then.
+    writer or replicas hold the journal by then. The committed end comes from a ``CommitFeed``
+    pushed by the nodes, so a trigger costs no call to them until there is something to read.
     """
 
-    def __init__(self, opts: ReadOptions) -> None:
+    def __init__(self, opts: ReadOptions, hooks: CallHooks | None = None) -> None:
         self.opts = opts
+        self.hooks = hooks  # the driver's calls to the nodes (tests count them)
         self._client: JournalClient | None = None
+        self._feed: CommitFeed | None = None
         self._until: int | None = None  # availableNow: the committed end when the query started
         self._latest: int | None = None  # the newest txid known committed at the last trigger
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"opts": self.opts, "_client": None, "_until": self._until, "_latest": None}
+        state = dict.fromkeys(("hooks", "_client", "_feed", "_latest"))
+        return {**state, "opts": self.opts, "_until": self._until}
 
     def _journal(self) -> JournalClient:
         """Kept open between triggers: this object lives in one long-running worker."""
         if self._client is None:
-            self._client = JournalClient(self.opts.uri, self.opts.config)
+            self._client = JournalClient(self.opts.uri, self.opts.config, self.hooks)
         return self._client
+
+    def feed(self, nxt: int) -> CommitFeed:
+        """The feed pushing the committed end from ``nxt`` on (started on first use)."""
+        if self._feed is not None and nxt >= self._feed.start:
+            return self._feed
+        if self._feed is not None:
+            self._feed.close()
+            self._feed = None
+        c = self._journal()
+        segs = c.finalized(nxt)
+        if segs and segs[0].start > nxt:
+            raise NotFoundError(
+                f"txid {nxt} is in no segment the nodes list (the next starts at {segs[0].start}; purged?)"
+            )
+        heads = c.heads() if self.opts.read_committed else []
+        self._feed = CommitFeed(
+            self.opts.uri, self.opts.config, nxt, heads, majority_loss_timeout=self.opts.majority_loss_timeout
+        )
+        return self._feed
 
     def initialOffset(self) -> dict[str, int]:
         c = self._journal()
@@ -249,17 +282,23 @@ class QJMStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         cap = max(0, min(caps)) if caps else None
         if cap == 0:
             return {"txid": nxt}
-        c = self._journal()
-        end = c.committed_end(nxt, cap)
-        # without reading ahead, at least the newest finalized segment's end is known committed
-        self._latest = max(end, max((s.end for s in c.finalized(nxt)), default=end))
+        feed = self.feed(nxt)
+        if self._until is not None:
+            # availableNow ends at the first trigger with nothing new: wait for the push to reach
+            # the end that is known committed, or the run would stop short of it
+            want = self._until if cap is None else min(self._until, nxt - 1 + cap)
+            feed.wait_for(want, self.opts.partition_wait)
+        known, heads = feed.snapshot()
+        end = self._latest = max(known, nxt - 1)
+        if cap is not None:
+            end = min(end, nxt - 1 + cap)
         if self.opts.read_committed:
-            end = stable_end(transactions(c.heads()), nxt, end)
+            end = stable_end(transactions(heads), nxt, end)
         return {"txid": end + 1}
 
     def reportLatestOffset(self) -> dict[str, int] | None:
-        """Spark 4.2+ shows it as the progress's ``latestOffset``: the next txid past what is known
-        committed (the trigger's own end, or the newest finalized segment's end if that is further)."""
+        """Spark 4.2+ shows it as the progress's ``latestOffset``: the next txid past the newest
+        one the nodes pushed as committed."""
         return None if self._latest is None else {"txid": self._latest + 1}
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -282,6 +321,9 @@ class QJMStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Nothing to release: the journal keeps its records; purging is the writer's business."""
 
     def stop(self) -> None:
+        if self._feed is not None:
+            self._feed.close()
+            self._feed = None
         if self._client is not None:
             self._client.close()
             self._client = None
