@@ -43,7 +43,7 @@ from qjm.testing.sim.checker import Checker, SimViolation
 from qjm.testing.sim.choice import NO_FAULTS, Chooser, FaultRates, RandomChooser, Workload, WriterPlan
 from qjm.testing.sim.nodes import JOURNAL_ID, NS
 from qjm.testing.sim.simulation import SimResult, Simulation, caused_by, run_seed, search_seeds, violation_category
-from qjm.testing.sim.transport import SimLogger, SimLoggerSet, SimManager, SimQuorumCall
+from qjm.testing.sim.transport import SimLoggerSet, SimManager, SimNodeIO, SimQuorumCall
 
 __all__ = [
     "JOURNAL_ID",
@@ -53,9 +53,9 @@ __all__ = [
     "Chooser",
     "FaultRates",
     "RandomChooser",
-    "SimLogger",
     "SimLoggerSet",
     "SimManager",
+    "SimNodeIO",
     "SimQuorumCall",
     "SimResult",
     "SimViolation",
