@@ -155,11 +155,13 @@ class RemoteLogger(NodeStateView[Ticket]):
         """The data link of the segment this node is taking batches of, if any."""
         return self._link
 
-    def state_snapshot(self) -> tuple[object, ...]:
-        """What this writer knows of the node and how it would treat the next failed call
-        (tests, and the simulator's exhaustive search, compare channels by it)."""
+    def state_snapshot(self) -> tuple[tuple[object, ...], bool, str]:
+        """What this writer knows of the node (``NodeState.snapshot``), whether a call that gets no
+        reply now fails without a ping, and the data address it knows (tests, and the simulator's
+        exhaustive search, compare channels by them)."""
+        fail_fast = self._io.monotonic() - self._ping_failed_at < self.config.timeouts.reconnect
         with self._lock:
-            return (self._state.snapshot(), self._ping_failed_at, self._data_address)
+            return (self._state.snapshot(), fail_fast, self._data_address)
 
     # -- plumbing ----------------------------------------------------------------------------
 

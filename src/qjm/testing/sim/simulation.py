@@ -362,11 +362,8 @@ class Simulation:
                 io.queue.pop()
             for m in dropped:
                 self.note(f"w{task.wid} -> {io.name} {m.summary}: never sent (the writer died)")
-                e = WriterCrashedError(f"w{task.wid} died before sending {m.op}")
                 if m.fut is not None and not m.fut.done():
-                    m.fut.set_exception(e)
-                elif m.link is not None:
-                    m.link.fail(e)  # the batches before it on the wire still arrive (``on_wire``)
+                    m.fut.set_exception(WriterCrashedError(f"w{task.wid} died before sending {m.op}"))
 
     # -- sending and delivering ----------------------------------------------------------------
 
@@ -409,7 +406,7 @@ class Simulation:
         ``sticky`` faults (planned, a cut channel, a role's missed accept) also fail the ping that
         would let the client retry, so the call fails as a whole."""
         io.sticky = False
-        if m.kind == "data" or io.attempt <= 1:
+        if m.kind == "data" or io.attempt == 1:
             planned = self.planned.get((io.writer, io.node, m.seq))
             if planned is not None:
                 io.sticky = True
@@ -493,7 +490,8 @@ class Simulation:
         m = io.current
         assert m is not None
         node = self.nodes[io.node]
-        tag = f"{node.name} <- w{io.writer} {m.summary}{' (retry)' if io.attempt > 1 else ''}"
+        what = m.summary if op == m.op else f"{op} (on the way to {m.summary})"
+        tag = f"{node.name} <- w{io.writer} {what}{' (retry)' if op == m.op and io.attempt > 1 else ''}"
         fault = self._fault_for(io, m)
         if node.journal is None:
             self.note(f"{tag} => node down")
@@ -591,7 +589,7 @@ class Simulation:
         if len(group) > 1:
             self.stats["group_commits"] += 1
         tag = f"{node.name} <- w{io.writer} " + " + ".join(g.summary for g in group)
-        if link.failed is not None and not m.on_wire:
+        if link.failed is not None:
             self.note(f"{tag} => its link is gone")
             return
         fault = self._fault_for(io, m)

@@ -86,7 +86,7 @@ class Msg:
     """One thing in flight on a (writer, node) channel, in one of three kinds.
 
     ``ctl``: a control call, ``run`` being the logger's closure and ``fut`` its executor future;
-    ``data``: a batch on ``link``; ``ghost``: a copy of a control request the network delivers
+    ``data``: a batch on ``link``, ``fut`` its future there; ``ghost``: a copy of a control request the network delivers
     again (a duplicate, or a late first attempt the writer has retried since), whose reply no one
     reads."""
 
@@ -223,7 +223,7 @@ class SimLink:
         with self.batches.lock:
             if not self.batches.add(last_txid, fut, len(frame)):
                 return
-        self.io.queue_batch(self, frame, last_txid, commit)
+        self.io.queue_batch(self, frame, last_txid, commit, fut)
 
     def send_untracked(self, frame: bytes, last_txid: int, commit: CommitNotice | None) -> None:
         raise TypeError("SimLink tracks every batch with a future")
@@ -276,7 +276,7 @@ class SimNodeIO:
         self.sent = 0
         self.gen = 0  # data links opened
         self.current: Msg | None = None  # the control call being delivered
-        self.attempt = 0  # its attempts so far (a retry is the second)
+        self.attempt = 0  # its attempts so far (a retry is the second; a call it makes on the way is none)
         self.sticky = False  # the fault on the current attempt also fails the ping (no retry)
 
     def _add(self, msg: Msg) -> Msg:
@@ -299,7 +299,9 @@ class SimNodeIO:
         return fut
 
     def call(self, op: str, request: Any, timeout: float) -> Any:
-        self.attempt += 1
+        cur = self.current
+        if cur is not None and op == cur.op:
+            self.attempt += 1
         return self.sim.deliver_request(self, op, request)
 
     def ping(self, timeout: float) -> bool:
@@ -312,7 +314,9 @@ class SimNodeIO:
         self.gen += 1
         return SimLink(self, on_fail, self.gen)
 
-    def queue_batch(self, link: SimLink, frame: bytes, last_txid: int, commit: CommitNotice | None) -> None:
+    def queue_batch(
+        self, link: SimLink, frame: bytes, last_txid: int, commit: CommitNotice | None, fut: Future[int]
+    ) -> None:
         h = framing.decode_header(frame)
         summary = (
             f"journal(seg {h.segment_txid}, txids {h.first_txid}-{last_txid}, epoch {h.epoch}, "
@@ -320,8 +324,8 @@ class SimNodeIO:
         )
         self.sent += 1
         self._add(Msg(
-            self, "data", "journal", summary, self.sent, link=link, frame=frame, first=h.first_txid, last=last_txid,
-            epoch=h.epoch, segment=h.segment_txid, commit=commit,
+            self, "data", "journal", summary, self.sent, fut=fut, link=link, frame=frame, first=h.first_txid,
+            last=last_txid, epoch=h.epoch, segment=h.segment_txid, commit=commit,
         ))  # fmt: skip
 
     def queue_ghost(self, op: str, request: Any, summary: str) -> None:
@@ -351,11 +355,20 @@ def sim_logger(sim: Simulation, writer: int, node: int, life: SimLife) -> tuple[
 
 
 def logger_key(lg: RemoteLogger, io: SimNodeIO) -> tuple[object, ...]:
+    """The channel's part of the exhaustive search's state key. A dead writer's channel with
+    nothing in flight can change nothing any more: its logger's state is left out."""
+    if io.life.crashed and not io.queue:
+        return (io.writer, io.node)
     link = lg.current_link
+    state, fail_fast, address = lg.state_snapshot()
+    if io.sim.rates.ping_fail >= 1.0:
+        fail_fast = True  # no ping is ever answered: failing fast or after a ping is one outcome
     return (
         io.writer,
         io.node,
-        lg.state_snapshot(),
+        state,
+        fail_fast,
+        address,
         io.gen,
         link is not None and link.failed is not None,
         tuple(m.summary for m in io.queue),
