@@ -187,7 +187,7 @@ class RemoteLogger(NodeStateView[Ticket]):
             return result
 
         try:
-            return self._io.submit(what or op, run, parallel=parallel)
+            return self._io.submit(what or f"{op}()", run, parallel=parallel)
         except RuntimeError:  # the logger is closed: the call never runs
             fut: Future[T] = Future()
             fut.set_exception(NodeUnavailableError(f"{self._name}: {op} not sent: this writer closed the node"))

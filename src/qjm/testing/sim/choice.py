@@ -102,8 +102,8 @@ class FaultRates:
     ping_fail: float = 0.5  # a call got no reply: its node does not answer the client's ping either (no retry)
     duplicate: float = 0.01  # the network delivers a control request once more, later
     late: float = 0.01  # a control request is held up: the client retries, the first copy arrives later
-    gap: float = 0.01  # a run of batches loses its first frame on the way (the node sees a txid gap)
-    reorder: float = 0.02  # the next data and control messages of a channel arrive swapped
+    gap: float = 0.05  # a run of batches loses its first frame on the way (the node sees a txid gap)
+    reorder: float = 0.1  # the next data and control messages of a channel arrive swapped
 
     def scaled(self, k: float) -> FaultRates:
         return FaultRates(

@@ -21,6 +21,7 @@ from qjm.config import QJMConfig
 from qjm.errors import (
     InvariantViolation,
     NodeUnavailableError,
+    OutOfOrderError,
     QJMError,
     QuorumError,
     WriterCrashedError,
@@ -505,7 +506,14 @@ class Simulation:
             self.note(f"{tag} => DELAYED in the network; no reply")
             io.queue_ghost(op, request, f"{m.summary} (late)")
             raise NoReply(f"injected: {op} to {node.name} delayed")
-        result = self._execute(io, node, op, request, tag)
+        try:
+            result = self._execute(io, node, op, request, tag)
+        except OutOfOrderError as e:
+            # Every attempt carries a fresh serial, and only the copies the network repeats
+            # (whose replies no one reads) can be out of order: a refusal the client reads means
+            # it sent a serial twice, and counts a node that did the call as failed.
+            self.checker.fail(f"client: w{io.writer}'s {what} reached {node.name} with a used serial: {e}")
+            raise
         if fault == "dup":
             self.stats["duplicated"] += 1
             io.queue_ghost(op, request, f"{m.summary} (duplicate)")
@@ -601,6 +609,9 @@ class Simulation:
             link.fail(NodeUnavailableError(f"{node.name}: data link lost"))
             return
         run = group
+        if fault == "gap" and len(group) == 1 and io.queue and io.queue[0].link is link:
+            group.append(io.queue.popleft())  # the run the lost frame was part of
+            tag = f"{node.name} <- w{io.writer} " + " + ".join(g.summary for g in group)
         if fault == "gap" and len(group) > 1:
             self.stats["gaps"] += 1
             run = group[1:]
