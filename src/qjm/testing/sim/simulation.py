@@ -5,6 +5,7 @@ searches over it.
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import traceback
@@ -882,7 +883,19 @@ class Simulation:
         )  # fmt: skip
 
     def run(self) -> SimResult:
-        """Run to the end: the workload under faults, then a final fault-free recovery and checks."""
+        """Run to the end: the workload under faults, then a final fault-free recovery and checks.
+
+        The loggers' operational log (every lost link and failed start, thousands per search) is
+        held back to errors while the run lasts: the trace records each of those events."""
+        channel_log = logging.getLogger("qjm.channel")
+        level = channel_log.level
+        channel_log.setLevel(logging.ERROR)
+        try:
+            return self._run()
+        finally:
+            channel_log.setLevel(level)
+
+    def _run(self) -> SimResult:
         violation: SimViolation | None = None
         pruned = False
         try:
