@@ -131,7 +131,7 @@ def test_a_stale_data_address_is_asked_again(icluster: MiniJournalCluster) -> No
         w.append(b"r%d" % i)
     assert w.sync() == 20
     for lg in loggers:  # the start (and its link) of a node outside the majority may still run:
-        lg._exec.submit(lambda: None).result(timeout=30)  # its calls run in order on this executor
+        lg._io.submit("drain()", lambda: None).result(timeout=30)  # its calls run in order
     assert {lg.name: lg._data_address for lg in loggers} == learnt
     w.close()
     r = qjm.open_reader(icluster.uri)

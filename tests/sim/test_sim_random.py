@@ -1,8 +1,9 @@
 """Random fault search on the deterministic simulator (design §7.3): many seeds, zero violations.
 
-Each seed is one execution of the real Journal and client code under seeded faults (lost calls,
-lost replies, node crashes with torn tails, partitions, lagging nodes, writers dying in any phase,
-competing writers), with the invariants of design §2.7 checked after every step.
+Each seed is one execution of the real Journal and client code, the client's ``RemoteLogger``
+included, under seeded faults (lost calls, lost replies, duplicated and late requests, reordered
+planes, runs cut into txid gaps, node crashes with torn tails, partitions, lagging nodes, writers
+dying in any phase, competing writers), with the invariants of design §2.7 checked after every step.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ def test_ten_thousand_random_seeds_hold_every_invariant() -> None:
     # the seeds did exercise the faults and the protocol paths they are meant to
     st = rep.stats
     for kind in ("fail_before", "reply_lost", "node_crashes", "crash_inside", "writer_kills", "writer_crash_send",
-                 "partitions", "fetch_fail", "group_commits", "fenced"):  # fmt: skip
+                 "partitions", "fetch_fail", "group_commits", "fenced", "duplicated", "late", "reordered",
+                 "gaps"):  # fmt: skip
         assert st[kind] > 0, kind
     assert st["recoveries"] > 2 * SEEDS
     assert st["acked_txids"] > SEEDS

@@ -21,23 +21,18 @@ from concurrent.futures import Future, wait
 from functools import partial
 from typing import Any, TypeVar
 
-import grpc
-
-from qjm import errors
-from qjm._native import backend_of
 from qjm.addresses import reachable_at
-from qjm.client import shared
 from qjm.client.data_link import DataLink, encode_commit
-from qjm.client.fanout_link import FanoutLink, shared_engine
+from qjm.client.fanout_link import shared_engine
+from qjm.client.grpc_io import GrpcNodeIO
 from qjm.client.link_batch import Delivery
 from qjm.client.loggers import CallHooks, WriterLife
+from qjm.client.node_io import FollowStream, NodeIO, NoReply, TransportBugs
 from qjm.client.node_state import Held, NodeState, NodeStateView, Refusal, Route
-from qjm.client.threaded_link import ThreadedLink
 from qjm.config import NodeAddress, QJMConfig
 from qjm.errors import NodeUnavailableError, QJMError, WriterCrashedError
 from qjm.protocol import convert
 from qjm.protocol import qjournal_pb2 as pb
-from qjm.protocol.download import verified_chunks
 from qjm.protocol.messages import (
     NO_TXID,
     EditLogManifest,
@@ -49,7 +44,6 @@ from qjm.protocol.messages import (
     RequestInfo,
     SegmentState,
 )
-from qjm.protocol.rpcmeta import CLIENT_GRPC_OPTIONS, ERROR_CODE_KEY, rpc_code
 
 log = logging.getLogger("qjm.channel")
 
@@ -57,83 +51,12 @@ log = logging.getLogger("qjm.channel")
 # a standby process about 3 ms of CPU (the codec, stringprep, their regular expressions) in the
 # middle of its takeover.
 T = TypeVar("T")
-_CHANNEL_OPTIONS = tuple(CLIENT_GRPC_OPTIONS)
-
-
-def error_from_rpc(node: str, e: grpc.RpcError, *, tls: bool | None = None) -> QJMError:
-    """Rebuild the node's typed error from the status and trailing metadata it sent. ``tls`` (did
-    this client dial with TLS) adds a hint to a connection the node closed or a failed handshake."""
-    code = rpc_code(e)
-    trailing = getattr(e, "trailing_metadata", None)
-    md = dict(trailing() or ()) if callable(trailing) else {}
-    details_fn = getattr(e, "details", None)
-    details = (details_fn() if callable(details_fn) else None) or str(e)
-    qcode = md.get(ERROR_CODE_KEY)
-    if isinstance(qcode, str):
-        return errors.from_code(qcode, f"{node}: {details}")
-    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
-        return NodeUnavailableError(f"{node}: {details}{tls_hint(details, tls)}")
-    if tls and "handshake failed" in details.lower():
-        return NodeUnavailableError(f"{node}: {details}{tls_hint(details, tls)}")
-    return QJMError(f"{node}: {code}: {details}")
-
-
-def tls_hint(details: str, tls: bool | None) -> str:
-    """Why a node may have closed the connection at once, when that is what gRPC reports: the
-    node never says why (a refused handshake tells the peer nothing it could misuse)."""
-    if tls is None:
-        return ""
-    text = details.lower()
-    if "handshake failed" in text and tls:
-        return (
-            " (TLS handshake failed: the node may serve plaintext, or its certificate is not of this "
-            "client's CA or does not name the host dialled)"
-        )
-    if "socket closed" in text:
-        if tls:
-            return " (if the node is up, it refused this client's certificate: not of its CA, or expired)"
-        return " (if the node is up, it may require mutual TLS: give tls_ca, tls_cert and tls_key)"
-    return ""
-
-
-class FollowCall:
-    """One node's push of committed frames (design §3.1): ``(frames, first_txid, last_txid,
-    committed_txid)`` per message, ``frames`` empty on a heartbeat. ``cancel`` (from any thread)
-    ends the iteration quietly; any other end raises the node's typed error."""
-
-    def __init__(self, node: str, call: Any, tls: bool) -> None:
-        self.node = node
-        self._call = call
-        self._tls = tls
-        self._cancelled = False
-
-    def __iter__(self) -> Iterator[tuple[bytes, int, int, int]]:
-        try:
-            for c in self._call:
-                yield c.frames, c.first_txid, c.last_txid, c.committed_txid
-        except grpc.RpcError as e:
-            if self._cancelled:
-                return
-            raise error_from_rpc(self.node, e, tls=self._tls) from None
-        if not self._cancelled:
-            raise NodeUnavailableError(f"{self.node}: the node ended the follow")
-
-    def cancel(self) -> None:
-        self._cancelled = True
-        self._call.cancel()
 
 
 def _close_unused_link(fut: Future[DataLink]) -> None:
     """A link connected for a segment start that failed: nothing will use it."""
     if not fut.cancelled() and fut.exception() is None:
         fut.result().close()
-
-
-def _unavailable(e: BaseException) -> bool:
-    """The call got no reply: refused, cut, or its reply lost (the node may have done it)."""
-    if isinstance(e, grpc.RpcError):
-        return rpc_code(e) == grpc.StatusCode.UNAVAILABLE
-    return isinstance(e, NodeUnavailableError)
 
 
 Ticket = Future[int] | Delivery  # how a batch kept while its segment starts is tracked
@@ -150,31 +73,30 @@ class RemoteLogger(NodeStateView[Ticket]):
         config: QJMConfig | None = None,
         hooks: CallHooks | None = None,
         life: WriterLife | None = None,
+        io: NodeIO | None = None,
+        bugs: TransportBugs | None = None,
     ) -> None:
         self.address = address
         self.journal_id = journal_id
         self.config = config or QJMConfig()
         self.hooks = hooks or CallHooks()
         self.life = life or WriterLife()
-        self._name = str(address)
+        self._io: NodeIO = io if io is not None else GrpcNodeIO(str(address), journal_id, self.config)
+        self._name = self._io.name
+        self._bugs = bugs  # test-only transport switches (qjm.testing.bugs); None is the correct client
         # Batches counted by the waiting thread over quiet native links (qjm.client.link_batch), not
         # by a future per batch; fault hooks need the futures' per-batch callbacks.
-        self.native_acks = backend_of("fanout") == "native" and type(self.hooks) is CallHooks
-        # shared with every other logger of this process that talks to the same node (qjm.client.shared)
-        self._channel, self._stub = shared.acquire_channel(self._name, _CHANNEL_OPTIONS, self.config.tls)
-        self._exec = shared.SerialExecutor()  # this node's calls, in order (Hadoop: one thread per logger)
-        self._par = shared.PooledExecutor()  # reads, side by side
+        self.native_acks = self._io.quiet_links and type(self.hooks) is CallHooks
         self._lock = threading.Lock()  # guards _state and _link
         self._state: NodeState[Ticket] = NodeState(self._name, journal_id, self.config.queued_edits_limit_bytes)
         self._started = threading.Condition(self._lock)  # a pending start ended
         self._link: DataLink | None = None
         self._closed = False
-        self._channel_released = False
         self._reachable = False
         self._ping_failed_at = -1e9
         self._data_address = ""  # learnt from get_journal_state: spares a round before each link
 
-    def _rpc(self, op: str, method: Callable[..., T], request: Callable[[], object], timeout: float) -> T:
+    def _rpc(self, op: str, request: Callable[[], Any], timeout: float) -> Any:
         """One unary call; a call that got no reply gets one more chance once the node answers a ping.
 
         A restarted node sits in gRPC's reconnect backoff for a moment: a ping that waits for the
@@ -187,26 +109,29 @@ class RemoteLogger(NodeStateView[Ticket]):
         tolerates (see ``qjm.client.node_state``). Resending the same serial would be refused as
         out of order, and the node counted as failed for a call it did.
         """
+        first = request()
         try:
-            return self._attempt(op, method, request(), timeout)
-        except (grpc.RpcError, NodeUnavailableError) as e:
-            if not _unavailable(e):
-                raise
+            return self._attempt(op, first, timeout)
+        except NoReply as e:
             self._reachable = False
-            if time.monotonic() - self._ping_failed_at < self.config.timeouts.reconnect:
+            io = self._io
+            if io.monotonic() - self._ping_failed_at < self.config.timeouts.reconnect:
                 raise  # it was just found down: fail fast, do not wait again for each queued call
-            ping = pb.JournalIdRequest(journal_id=self.journal_id)
-            try:
-                self._stub.IsFormatted(ping, timeout=self.config.timeouts.reconnect, wait_for_ready=True)
-            except grpc.RpcError:
-                self._ping_failed_at = time.monotonic()
+            if not io.ping(self.config.timeouts.reconnect):
+                self._ping_failed_at = io.monotonic()
                 raise e from None
             log.info("%s: %s got no reply; the node answers again: retrying it", self._name, op)
-        return self._attempt(op, method, request(), timeout)
+        bugs = self._bugs
+        return self._attempt(op, first if bugs is not None and bugs.retry_reuses_serial else request(), timeout)
 
-    def _attempt(self, op: str, method: Callable[..., T], request: object, timeout: float) -> T:
-        out = method(request, timeout=timeout)
-        self.hooks.replied(self._name, op)
+    def _attempt(self, op: str, request: object, timeout: float) -> Any:
+        out = self._io.call(op, request, timeout)
+        try:
+            self.hooks.replied(self._name, op)
+        except NoReply:
+            raise
+        except NodeUnavailableError as e:  # a reply lost on the way: the node did the call
+            raise NoReply(str(e)) from None
         self._reachable = True
         return out
 
@@ -225,19 +150,32 @@ class RemoteLogger(NodeStateView[Ticket]):
             self._state.acked(link.acked_txid())
         return self._state.highest_acked
 
+    @property
+    def current_link(self) -> DataLink | None:
+        """The data link of the segment this node is taking batches of, if any."""
+        return self._link
+
+    def state_snapshot(self) -> tuple[tuple[object, ...], bool, str]:
+        """What this writer knows of the node (``NodeState.snapshot``), whether a call that gets no
+        reply now fails without a ping, and the data address it knows (tests, and the simulator's
+        exhaustive search, compare channels by them)."""
+        fail_fast = self._io.monotonic() - self._ping_failed_at < self.config.timeouts.reconnect
+        with self._lock:
+            return (self._state.snapshot(), fail_fast, self._data_address)
+
     # -- plumbing ----------------------------------------------------------------------------
 
-    def _call(self, op: str, fn: Callable[[], T], *, parallel: bool = False, writer: bool = True) -> Future[T]:
+    def _call(
+        self, op: str, fn: Callable[[], T], *, what: str = "", parallel: bool = False, writer: bool = True
+    ) -> Future[T]:
+        """Queue ``fn`` (the call ``what``, ``op`` with its arguments) on this node's executor."""
+
         def run() -> T:
             if writer:
                 self.life.check()
             self.hooks.before(self._name, op)
             try:
                 result = fn()
-            except grpc.RpcError as e:
-                err = error_from_rpc(self._name, e, tls=self.config.tls is not None)
-                log.info("%s: %s failed: %s: %s", self._name, op, type(err).__name__, err)
-                raise err from None
             except QJMError as e:
                 log.info("%s: %s failed: %s: %s", self._name, op, type(e).__name__, e)
                 raise
@@ -249,7 +187,7 @@ class RemoteLogger(NodeStateView[Ticket]):
             return result
 
         try:
-            return (self._par if parallel else self._exec).submit(run)
+            return self._io.submit(what or f"{op}()", run, parallel=parallel)
         except RuntimeError:  # the logger is closed: the call never runs
             fut: Future[T] = Future()
             fut.set_exception(NodeUnavailableError(f"{self._name}: {op} not sent: this writer closed the node"))
@@ -264,7 +202,7 @@ class RemoteLogger(NodeStateView[Ticket]):
         t = self.config.timeouts.operations
         return self._call(
             "is_formatted",
-            lambda: self._rpc("is_formatted", self._stub.IsFormatted, self._jid, t).formatted,
+            lambda: self._rpc("is_formatted", self._jid, t).formatted,
             writer=False,
         )
 
@@ -273,15 +211,15 @@ class RemoteLogger(NodeStateView[Ticket]):
         req = pb.FormatRequest(journal_id=self.journal_id, ns=convert.ns_to_pb(ns), force=force)
 
         def go() -> None:
-            self._rpc("format", self._stub.Format, lambda: req, t)
+            self._rpc("format", lambda: req, t)
 
-        return self._call("format", go, writer=False)
+        return self._call("format", go, what=f"format(force={force})", writer=False)
 
     def get_journal_state(self) -> Future[JournalState]:
         t = self.config.timeouts.get_journal_state
 
         def go() -> JournalState:
-            st = convert.state_from_pb(self._rpc("get_journal_state", self._stub.GetJournalState, self._jid, t))
+            st = convert.state_from_pb(self._rpc("get_journal_state", self._jid, t))
             self._data_address = reachable_at(st.data_address, self.address.host)
             return st
 
@@ -292,12 +230,12 @@ class RemoteLogger(NodeStateView[Ticket]):
         req = pb.NewEpochRequest(journal_id=self.journal_id, ns=convert.ns_to_pb(ns), epoch=epoch)
 
         def go() -> NewEpochResponse:
-            reply = self._rpc("new_epoch", self._stub.NewEpoch, lambda: req, t)
+            reply = self._rpc("new_epoch", lambda: req, t)
             if reply.data_address:
                 self._data_address = reachable_at(reply.data_address, self.address.host)
             return convert.new_epoch_from_pb(reply)
 
-        return self._call("new_epoch", go)
+        return self._call("new_epoch", go, what=f"new_epoch({epoch})")
 
     def start_log_segment(self, txid: int) -> Future[None]:
         """Start segment ``txid`` and open a fresh data link to the node for it.
@@ -320,10 +258,9 @@ class RemoteLogger(NodeStateView[Ticket]):
             try:
                 # Connect the data plane while the node starts the segment (one round less on the
                 # way to the first commit); no frame is sent on it before the start succeeded.
-                connecting = self._par.submit(self._open_link)
+                connecting = self._io.beside(self._open_link)
                 self._rpc(
                     "start_log_segment",
-                    self._stub.StartLogSegment,
                     lambda: pb.StartLogSegmentRequest(req=self._request(), txid=txid),
                     t,
                 )
@@ -349,7 +286,7 @@ class RemoteLogger(NodeStateView[Ticket]):
             if backlog and self.native_acks:
                 self._wake_counters()
 
-        fut = self._call("start_log_segment", go)
+        fut = self._call("start_log_segment", go, what=f"start_log_segment({txid})")
         fut.add_done_callback(partial(self._start_ended, txid))
         return fut
 
@@ -362,6 +299,8 @@ class RemoteLogger(NodeStateView[Ticket]):
             if exc is None:
                 return
             cause = exc
+            if self._bugs is not None and self._bugs.failed_start_never_cleared:
+                return
         e = cause if isinstance(cause, QJMError) else NodeUnavailableError(f"{self._name}: {cause}")
         with self._lock:
             dropped = self._state.start_failed(txid, e)
@@ -400,14 +339,13 @@ class RemoteLogger(NodeStateView[Ticket]):
                 raise refusal
             self._rpc(
                 "finalize_log_segment",
-                self._stub.FinalizeLogSegment,
                 lambda: pb.FinalizeLogSegmentRequest(
                     req=self._request(), start_txid=start, end_txid=end, copy_epoch=copy_epoch
                 ),
                 t,
             )
 
-        return self._call("finalize_log_segment", go)
+        return self._call("finalize_log_segment", go, what=f"finalize_log_segment({start}, {end})")
 
     def purge_logs(self, min_txid_to_keep: int) -> Future[None]:
         t = self.config.timeouts.operations
@@ -415,12 +353,11 @@ class RemoteLogger(NodeStateView[Ticket]):
         def go() -> None:
             self._rpc(
                 "purge_logs",
-                self._stub.PurgeLogs,
                 lambda: pb.PurgeLogsRequest(req=self._request(), min_txid_to_keep=min_txid_to_keep),
                 t,
             )
 
-        return self._call("purge_logs", go)
+        return self._call("purge_logs", go, what=f"purge_logs({min_txid_to_keep})")
 
     def admin_purge_logs(self, epoch: int, min_txid_to_keep: int) -> Future[None]:
         t = self.config.timeouts.operations
@@ -431,9 +368,10 @@ class RemoteLogger(NodeStateView[Ticket]):
         )
 
         def go() -> None:
-            self._rpc("purge_logs", self._stub.PurgeLogs, lambda: req, t)
+            self._rpc("purge_logs", lambda: req, t)
 
-        return self._call("purge_logs", go, writer=False)
+        what = f"admin purge_logs({min_txid_to_keep}) in epoch {epoch}"
+        return self._call("purge_logs", go, what=what, writer=False)
 
     def prepare_recovery(self, segment: int) -> Future[PrepareRecoveryResponse]:
         t = self.config.timeouts.prepare_recovery
@@ -441,13 +379,12 @@ class RemoteLogger(NodeStateView[Ticket]):
         def go() -> PrepareRecoveryResponse:
             reply = self._rpc(
                 "prepare_recovery",
-                self._stub.PrepareRecovery,
                 lambda: pb.PrepareRecoveryRequest(req=self._request(), segment_txid=segment),
                 t,
             )
             return convert.prepare_from_pb(reply)
 
-        return self._call("prepare_recovery", go)
+        return self._call("prepare_recovery", go, what=f"prepare_recovery({segment})")
 
     def accept_recovery(self, state: SegmentState, source_url: str) -> Future[None]:
         t = self.config.timeouts.accept_recovery
@@ -456,21 +393,19 @@ class RemoteLogger(NodeStateView[Ticket]):
         def go() -> None:
             self._rpc(
                 "accept_recovery",
-                self._stub.AcceptRecovery,
                 lambda: pb.AcceptRecoveryRequest(req=self._request(), state_to_accept=seg, from_url=source_url),
                 t,
             )
 
-        return self._call("accept_recovery", go)
+        return self._call("accept_recovery", go, what=f"accept_recovery({state}, from {source_url})")
 
     def get_edit_log_manifest(self, since: int, in_progress_ok: bool) -> Future[EditLogManifest]:
         t = self.config.timeouts.select_input_streams
         req = pb.ManifestRequest(journal_id=self.journal_id, since_txid=since, in_progress_ok=in_progress_ok)
         return self._call(
             "get_edit_log_manifest",
-            lambda: convert.manifest_from_pb(
-                self._rpc("get_edit_log_manifest", self._stub.GetEditLogManifest, lambda: req, t)
-            ),
+            lambda: convert.manifest_from_pb(self._rpc("get_edit_log_manifest", lambda: req, t)),
+            what=f"get_edit_log_manifest({since}, {in_progress_ok})",
             parallel=True,
             writer=False,
         )
@@ -480,33 +415,26 @@ class RemoteLogger(NodeStateView[Ticket]):
         req = pb.JournaledEditsRequest(journal_id=self.journal_id, since_txid=since, max_txns=max_txns)
 
         def go() -> JournaledEdits:
-            r = self._rpc("get_journaled_edits", self._stub.GetJournaledEdits, lambda: req, t)
+            r = self._rpc("get_journaled_edits", lambda: req, t)
             return JournaledEdits(r.txn_count, r.frames)
 
-        return self._call("get_journaled_edits", go, parallel=True, writer=False)
+        what = f"get_journaled_edits({since}, {max_txns})"
+        return self._call("get_journaled_edits", go, what=what, parallel=True, writer=False)
 
     def read_segment(self, segment: int) -> Iterator[bytes]:
         """Stream a segment's bytes; the sender's length and checksum are verified at the end."""
-        req = pb.SegmentRequest(journal_id=self.journal_id, segment_txid=segment)
-        try:
-            yield from verified_chunks(
-                self._stub.DownloadSegment(req, timeout=self.config.timeouts.select_input_streams * 30),
-                f"{self._name}: segment {segment}",
-            )
-        except grpc.RpcError as e:
-            raise error_from_rpc(self._name, e, tls=self.config.tls is not None) from None
+        return self._io.read_segment(self.journal_id, segment)
 
-    def follow(self, since: int, heartbeat: float) -> FollowCall:
+    def follow(self, since: int, heartbeat: float) -> FollowStream:
         """Be pushed this node's committed frames from txid ``since`` on, with a heartbeat every
         ``heartbeat`` seconds without news; lasts until cancelled or the node goes."""
-        req = pb.FollowRequest(journal_id=self.journal_id, from_txid=since, heartbeat_ms=max(1, int(heartbeat * 1000)))
-        return FollowCall(self._name, self._stub.Follow(req), self.config.tls is not None)
+        return self._io.follow(self.journal_id, since, heartbeat)
 
     def status(self) -> Future[dict[str, object]]:
         t = self.config.timeouts.connect
         return self._call(
             "status",
-            lambda: dict(json.loads(self._rpc("status", self._stub.Status, self._jid, t).json)),
+            lambda: dict(json.loads(self._rpc("status", self._jid, t).json)),
             parallel=True,
             writer=False,
         )
@@ -522,31 +450,12 @@ class RemoteLogger(NodeStateView[Ticket]):
             except NodeUnavailableError as e:
                 if not isinstance(e.__cause__, ConnectionRefusedError):
                     raise  # unreachable: asking the node again would only wait twice
-        st = self._rpc("get_journal_state", self._stub.GetJournalState, self._jid, self.config.timeouts.connect)
+        st = self._rpc("get_journal_state", self._jid, self.config.timeouts.connect)
         self._data_address = reachable_at(st.data_address, self.address.host)
         return self._connect_link(self._data_address)
 
     def _connect_link(self, data_address: str) -> DataLink:
-        try:
-            if backend_of("fanout") == "native":
-                # The native fan-out: one epoll thread for every node's link (qjm.client.fanout_link).
-                return FanoutLink(
-                    self._name,
-                    data_address,
-                    self.journal_id,
-                    self.config.timeouts.connect,
-                    self._link_failed,
-                    max_count=max(1024, 16 * self.config.max_inflight_batches),
-                    max_bytes=self.config.queued_edits_limit_bytes or 1,
-                    report_acks=not self.native_acks,
-                    tls=self.config.tls,
-                )
-            return ThreadedLink(
-                self._name, data_address, self.journal_id, self.config.timeouts.connect, self._link_failed,
-                tls=self.config.tls,
-            )  # fmt: skip
-        except OSError as e:
-            raise NodeUnavailableError(f"{self._name}: cannot reach the data plane at {data_address}: {e}") from e
+        return self._io.open_link(data_address, self._link_failed, report_acks=not self.native_acks)
 
     def _link_failed(self, link: DataLink, e: BaseException) -> None:
         with self._lock:
@@ -688,13 +597,8 @@ class RemoteLogger(NodeStateView[Ticket]):
         # A node that is not connected would only make us wait for its timeouts.
         if grace > 0 and not self._closed and self._reachable:
             deadline = time.monotonic() + grace
-            wait([self._exec.submit(lambda: None)], timeout=grace)
+            wait([self._io.submit("close", lambda: None)], timeout=grace)
             self.wait_for_batches(max(0.0, deadline - time.monotonic()))
         self._closed = True
         self._close_link()
-        self._exec.shutdown(cancel_futures=True)
-        self._par.shutdown(cancel_futures=True)
-        with self._lock:
-            release, self._channel_released = not self._channel_released, True
-        if release:
-            shared.release_channel(self._name, _CHANNEL_OPTIONS, self.config.tls)
+        self._io.shutdown()

@@ -17,10 +17,19 @@ from collections.abc import Callable
 from concurrent.futures import Future, wait
 from typing import Protocol
 
+from qjm import errors
 from qjm.client.node_state import CommitNotice
+from qjm.errors import FencedError
 from qjm.protocol import wire
 
-__all__ = ["DataLink", "LinkFailed", "PendingBatches", "encode_commit"]
+__all__ = ["DataLink", "LinkBugs", "LinkFailed", "PendingBatches", "encode_commit"]
+
+
+class LinkBugs(Protocol):
+    """The test-only switch a link reads (``qjm.testing.bugs.ProtocolBugs`` has it)."""
+
+    @property
+    def fenced_refusal_counts_as_ack(self) -> bool: ...
 
 
 class DataLink(Protocol):
@@ -82,7 +91,8 @@ class PendingBatches:
     sender's. The first failure fails every batch still pending and every later ``add``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, bugs: LinkBugs | None = None) -> None:
+        self._bugs = bugs  # test-only switches; None is the correct client
         self.lock = threading.Lock()
         self.progress = threading.Condition(self.lock)  # an ack or the failure
         self._pending: collections.deque[tuple[int, Future[int], int]] = collections.deque()
@@ -119,6 +129,27 @@ class PendingBatches:
         for fut in done:
             if not fut.done():
                 fut.set_result(txid)
+
+    def take_replies(self, buf: bytearray, name: str) -> None:
+        """Apply the node's whole replies at the head of ``buf`` (consumed) and leave a partial one.
+
+        An ACK completes the batches through its txid. An ERROR completes those through the durable
+        txid it reports, then raises the node's typed error: the link has failed."""
+        while True:
+            msg, used = wire.parse_reply(buf)
+            if msg is None:
+                return
+            del buf[:used]
+            if isinstance(msg, wire.Ack):
+                self.complete(msg.txid)
+                continue
+            self.complete(msg.durable_txid)
+            e = errors.from_code(msg.code, f"{name}: {msg.message}")
+            if isinstance(e, FencedError) and self._bugs is not None and self._bugs.fenced_refusal_counts_as_ack:
+                with self.lock:
+                    last = self._pending[-1][0] if self._pending else 0
+                self.complete(last)
+            raise e
 
     def fail(self, e: BaseException) -> bool:
         """Fail what is pending with ``e``; False if the link had failed already."""

@@ -16,8 +16,9 @@ import time
 from collections.abc import Callable, Iterator
 
 from qjm._native import framing
-from qjm.client.channel import FollowCall, RemoteLogger
+from qjm.client.channel import RemoteLogger
 from qjm.client.manager import QuorumJournalManager
+from qjm.client.node_io import FollowStream
 from qjm.errors import ConfigError, NotFormattedError, QJMError
 from qjm.protocol.frame import FrameHeader
 from qjm.protocol.messages import JournalState
@@ -54,7 +55,7 @@ class Follower:
         self.current_node = ""
         self._turn = prefer % len(self.nodes)
         self._lock = threading.Lock()
-        self._call: FollowCall | None = None
+        self._call: FollowStream | None = None
         self._heard_at = 0.0
         self._consuming = False
         self._closed = threading.Event()
@@ -162,12 +163,12 @@ class Follower:
                 call.cancel()
                 self._silenced(call)
 
-    def _silenced(self, call: FollowCall) -> None:
+    def _silenced(self, call: FollowStream) -> None:
         with self._lock:
             if self._call is call:
                 self._call = None
 
-    def _end_call(self, call: FollowCall | None = None) -> None:
+    def _end_call(self, call: FollowStream | None = None) -> None:
         with self._lock:
             if call is None:
                 call = self._call

@@ -89,6 +89,20 @@ class NodeState(Generic[P]):
         """A start is queued or running: batches wait for it (read once per batch: a plain attribute)."""
         self.backlog_bytes = 0
 
+    def snapshot(self) -> tuple[object, ...]:
+        """Everything that decides this state's next answers (the simulator's exhaustive search
+        compares states by it)."""
+        return (
+            self.epoch,
+            self.serial,
+            self.committed,
+            self.committed_sent,
+            self.out_of_sync,
+            self.fenced is not None,
+            self.unreachable is not None,
+            tuple((txid, len(held)) for txid, held in self._starting.items()),
+        )
+
     # -- epoch, serials, committed txid -------------------------------------------------------
 
     def set_epoch(self, epoch: int) -> None:
@@ -227,8 +241,7 @@ class NodeState(Generic[P]):
 class NodeStateView(Generic[P]):
     """The ``Logger`` members that only read or set a ``NodeState``: identity, sync state, epoch.
 
-    ``RemoteLogger`` and the simulator's ``SimLogger`` both inherit them, so the simulated channel
-    answers them with the real channel's code. A subclass keeps its ``NodeState`` in ``_state``
+    ``RemoteLogger`` inherits them. A subclass keeps its ``NodeState`` in ``_state``
     and takes its own lock around the calls that change it; the writer's thread alone sets the
     epoch and the committed txid (once per epoch, once per commit), and other threads read plain
     attributes, so these members take no lock.

@@ -14,7 +14,6 @@ import ssl
 import threading
 from concurrent.futures import Future
 
-from qjm import errors
 from qjm.addresses import split_host_port
 from qjm.client.data_link import LinkFailed, PendingBatches, encode_commit
 from qjm.client.node_state import CommitNotice
@@ -111,16 +110,7 @@ class ThreadedLink:
                 if not chunk:
                     raise NodeUnavailableError(f"{self.name}: data plane connection closed by the node")
                 buf += chunk
-                while True:
-                    msg, used = wire.parse_reply(buf)
-                    if msg is None:
-                        break
-                    del buf[:used]
-                    if isinstance(msg, wire.Ack):
-                        self._batches.complete(msg.txid)
-                    else:
-                        self._batches.complete(msg.durable_txid)
-                        raise errors.from_code(msg.code, f"{self.name}: {msg.message}")
+                self._batches.take_replies(buf, self.name)
         except BaseException as e:
             if isinstance(e, ssl.SSLError):
                 e = TlsError(f"{self.name}: data plane TLS session failed: {e}")

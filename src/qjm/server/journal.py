@@ -73,6 +73,15 @@ class NodeBugs(Protocol):
     @property
     def purge_ignores_open_segment(self) -> bool: ...
 
+    @property
+    def accept_txid_gap(self) -> bool: ...
+
+    @property
+    def skip_serial_check(self) -> bool: ...
+
+    @property
+    def skip_committed_loss_check(self) -> bool: ...
+
 
 log = logging.getLogger("qjm.journal")
 
@@ -259,7 +268,7 @@ class Journal:
                 expected=self._serial + 1,
                 actual=req.serial,
             )
-        if req.serial <= self._serial:
+        if req.serial <= self._serial and (self._bugs is None or not self._bugs.skip_serial_check):
             raise OutOfOrderError(
                 f"request serial {req.serial} is not above the last serial {self._serial} in epoch {req.epoch}",
                 expected=self._serial + 1,
@@ -491,7 +500,8 @@ class Journal:
                         raise OutOfSyncError(
                             f"writer thinks it is writing segment {h.segment_txid} but the open segment is {seg.start}"
                         )
-                    if h.first_txid != seg.next_txid:
+                    gap_ok = self._bugs is not None and self._bugs.accept_txid_gap and h.first_txid > seg.next_txid
+                    if h.first_txid != seg.next_txid and not gap_ok:
                         raise OutOfOrderError(
                             f"frame starts at txid {h.first_txid}, expected {seg.next_txid}",
                             expected=seg.next_txid,
@@ -709,7 +719,8 @@ class Journal:
                 # the same number in a later segment, not a txid of this node's longer copy.
                 committed = self._committed_before_epoch
                 if (
-                    current is not None
+                    (self._bugs is None or not self._bugs.skip_committed_loss_check)
+                    and current is not None
                     and current.start_txid <= committed <= current.end_txid
                     and not state.start_txid <= committed <= state.end_txid
                 ):

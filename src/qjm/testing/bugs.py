@@ -1,10 +1,11 @@
 """Protocol bugs on purpose: switches that break one rule each, to prove the fault search has teeth.
 
-A ``ProtocolBugs`` object is handed to ``Journal(bugs=...)`` and to the recovery choices of
-``qjm.client.recovery`` (``choose_recovery_source``, ``in_sync_copy``); ``None`` everywhere is the
-correct protocol. The switches are never globals, so a bugged simulation cannot leak into a correct
-one running in the same process. The protocol modules declare the switches they read as
-protocols (``NodeBugs``, ``RecoveryBugs``) and never import this module.
+A ``ProtocolBugs`` object is handed to ``Journal(bugs=...)``, to the recovery choices of
+``qjm.client.recovery`` (``choose_recovery_source``, ``in_sync_copy``) and to the client transport
+(``RemoteLogger(bugs=...)``, ``PendingBatches(bugs)``); ``None`` everywhere is the correct
+protocol. The switches are never globals, so a bugged simulation cannot leak into a correct one
+running in the same process. The protocol modules declare the switches they read as protocols
+(``NodeBugs``, ``RecoveryBugs``, ``TransportBugs``, ``LinkBugs``) and never import this module.
 """
 
 from __future__ import annotations
@@ -49,6 +50,22 @@ class ProtocolBugs:
     sync_replaces_finalized_copy: bool = False
     """Catch-up replaces a finalized segment here that differs from the peer's instead of refusing
     it as a divergence (invariant 5: a finalized segment never changes)."""
+    accept_txid_gap: bool = False
+    """The node appends a batch whose first txid skips past the next one it expects (segments are
+    contiguous; the writer counts a cumulative ack as covering every txid below it)."""
+    skip_serial_check: bool = False
+    """The node runs a request whose serial is not above the last one of its epoch: a duplicated or
+    late copy of an old call runs after newer ones (design §5.4)."""
+    skip_committed_loss_check: bool = False
+    """The node lets an accepted recovery discard a txid it knows is committed (the guard of
+    ``Journal.accept_recovery``; committed is forever)."""
+    retry_reuses_serial: bool = False
+    """The client retries a control call that got no reply with the same request and serial: a
+    node that ran the first attempt refuses the retry, and the writer counts the node as failed."""
+    failed_start_never_cleared: bool = False
+    """The client never ends a segment start that failed: batches wait behind it for good."""
+    fenced_refusal_counts_as_ack: bool = False
+    """The client's data link counts the batches a node refused as fenced as acknowledged."""
 
     @property
     def server_side(self) -> bool:
@@ -61,7 +78,15 @@ class ProtocolBugs:
             or self.purge_ignores_open_segment
             or self.sync_takes_in_progress
             or self.sync_replaces_finalized_copy
+            or self.accept_txid_gap
+            or self.skip_serial_check
+            or self.skip_committed_loss_check
         )
+
+    @property
+    def transport_side(self) -> bool:
+        """True if the writer's ``RemoteLogger`` and data links must be built with this object."""
+        return self.retry_reuses_serial or self.failed_start_never_cleared or self.fenced_refusal_counts_as_ack
 
     @property
     def client_side(self) -> bool:

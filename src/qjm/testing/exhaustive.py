@@ -76,7 +76,7 @@ def double_failure_sweep(
     if not res.ok:
         return SweepResult(1, {}, [({}, res)], res.stats["acked_txids"], time.perf_counter() - t0)
     writer = learn.tasks[0]
-    calls = {lg.node: lg.sent for lg in writer.loggers}
+    calls = {io.node: io.sent for io in writer.ios}
     nodes = sorted(calls)
     violations: list[tuple[dict[tuple[int, int, int], str], SimResult]] = []
     runs = 1
@@ -208,6 +208,11 @@ class World:
             partition=0.0,
             slow_node=0.0,
             death_point=0.0,
+            ping_fail=1.0,  # a call that got no reply fails: the worlds' faults stay single faults
+            duplicate=0.0,
+            late=0.0,
+            gap=0.0,
+            reorder=0.0,
         )
 
     @property

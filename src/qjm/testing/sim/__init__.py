@@ -1,13 +1,15 @@
 """Deterministic fault simulation of the real protocol code (design §7.3, Hadoop TestQJMWithFaults).
 
-What runs is the production code: ``Journal`` on ``MemoryStorage`` for every node, and
-``QuorumJournalManager`` with its ``QuorumCall`` waits and the pure recovery choice for every writer.
-Only the transport is simulated:
+What runs is the production code: ``Journal`` on ``MemoryStorage`` behind its gRPC servicer for
+every node, and for every writer ``QuorumJournalManager`` with its ``QuorumCall`` waits, the pure
+recovery choice and one ``RemoteLogger`` per node. Only the network under the loggers is simulated:
 
-* ``SimLogger`` implements the ``Logger`` protocol (the same methods as ``RemoteLogger``). A call
-  does not go anywhere: it is queued on the (writer, node) channel, FIFO like ``RemoteLogger``'s
-  single control executor and its ordered data link, and its ``Future`` completes when the
-  scheduler delivers it.
+* ``SimNodeIO`` is the ``NodeIO`` each ``RemoteLogger`` runs on (``qjm.client.node_io``). A control
+  call is queued on the (writer, node) channel as the logger's own closure and run inline, on the
+  scheduler's thread, when the scheduler delivers it: the logger stamps the request, the node's
+  servicer answers it in the same step unless a fault strikes, and the logger's retry and
+  refusal handling run as in production. Batches travel on a ``SimLink`` in the same FIFO queue,
+  are applied with the node's ``apply_run`` and answered with ``wire`` replies.
 * Each writer runs in its own thread, but only one thread ever runs at a time: a writer runs until
   its ``QuorumCall`` has to wait, then hands control back to the scheduler (a baton passed with two
   semaphores). The scheduler, driven by one ``Chooser`` (one seeded ``random.Random``), decides
@@ -20,11 +22,13 @@ no timeout fires (see ``SimQuorumCall``). The manager, the quorum logic and the 
 changed in any way.
 
 Faults, all drawn from the chooser: a call lost before delivery; a call executed whose reply is
-lost (the data link then breaks, as a TCP connection would); a node crash that keeps only what was
-fsynced (``MemoryStorage.crash``, torn tails included), also from inside a call at the paxos commit
-point or before an append, and a restart over the same storage; a failed segment download; a
-writer that dies while sending, or while waiting between any two phases; several writers that take
-over one after the other or interleave.
+lost (the data link then breaks, as a TCP connection would); the client's retry of a call that got
+no reply, when the node answers its ping; a control request duplicated, or delayed past the
+client's retry and later calls; a data and a control message swapped; a run of batches cut into a
+txid gap; a node crash that keeps only what was fsynced (``MemoryStorage.crash``, torn tails
+included), also from inside a call at the paxos commit point or before an append, and a restart
+over the same storage; a failed segment download; a writer that dies while sending, or while
+waiting between any two phases; several writers that take over one after the other or interleave.
 
 Each seed draws a profile (calm, mixed storms, recovery-heavy, or ``shapes``: a chain of writers
 given roles that leave one of the rarest recovery shapes behind), so rare paths are reached
@@ -35,7 +39,7 @@ After every step the invariants of design §2.7 are checked (``Checker``); a vio
 node's own ``InvariantViolation`` reply is a violation too, even one no writer waits for.
 
 The package, one module per part: ``choice`` (decisions, fault rates, workloads), ``nodes``,
-``transport`` (the simulated ``Logger`` and quorum waits), ``writers``, ``checker`` (the
+``transport`` (the simulated network under ``RemoteLogger``, and the quorum waits), ``writers``, ``checker`` (the
 invariants) and ``simulation`` (the scheduler, ``run_seed`` and the seed searches).
 """
 
@@ -43,7 +47,7 @@ from qjm.testing.sim.checker import Checker, SimViolation
 from qjm.testing.sim.choice import NO_FAULTS, Chooser, FaultRates, RandomChooser, Workload, WriterPlan
 from qjm.testing.sim.nodes import JOURNAL_ID, NS
 from qjm.testing.sim.simulation import SimResult, Simulation, caused_by, run_seed, search_seeds, violation_category
-from qjm.testing.sim.transport import SimLogger, SimLoggerSet, SimManager, SimQuorumCall
+from qjm.testing.sim.transport import SimLoggerSet, SimManager, SimNodeIO, SimQuorumCall
 
 __all__ = [
     "JOURNAL_ID",
@@ -53,9 +57,9 @@ __all__ = [
     "Chooser",
     "FaultRates",
     "RandomChooser",
-    "SimLogger",
     "SimLoggerSet",
     "SimManager",
+    "SimNodeIO",
     "SimQuorumCall",
     "SimResult",
     "SimViolation",

@@ -125,7 +125,7 @@ class Checker:
             pos = data.find(m.frame, max(SEGMENT_HEADER_SIZE, size_before))
             if pos < 0:
                 self.fail(
-                    f"invariant 4 (acknowledged only when durable): {node.name} acknowledged w{m.logger.writer}'s "
+                    f"invariant 4 (acknowledged only when durable): {node.name} acknowledged w{m.io.writer}'s "
                     f"frame (txids {m.first}-{m.last}, epoch {m.epoch}) but did not write it to {name}"
                 )
             if m.epoch < promised_before:

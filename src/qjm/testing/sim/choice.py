@@ -99,6 +99,11 @@ class FaultRates:
     partition: float = 0.015  # per step: cut one writer-node channel (calls on it are lost) or heal one
     slow_node: float = 0.5  # per writer: one node answers it rarely (a lagging replica, stable over phases)
     death_point: float = 0.35  # per writer: it dies at its k-th wait, k uniform in 1..12 (any phase alike)
+    ping_fail: float = 0.5  # a call got no reply: its node does not answer the client's ping either (no retry)
+    duplicate: float = 0.01  # the network delivers a control request once more, later
+    late: float = 0.01  # a control request is held up: the client retries, the first copy arrives later
+    gap: float = 0.05  # a run of batches loses its first frame on the way (the node sees a txid gap)
+    reorder: float = 0.1  # the next data and control messages of a channel arrive swapped
 
     def scaled(self, k: float) -> FaultRates:
         return FaultRates(
@@ -114,10 +119,15 @@ class FaultRates:
             partition=self.partition * k,
             slow_node=self.slow_node,
             death_point=self.death_point,
+            ping_fail=self.ping_fail,
+            duplicate=self.duplicate * k,
+            late=self.late * k,
+            gap=self.gap * k,
+            reorder=self.reorder * k,
         )
 
 
-NO_FAULTS = FaultRates(0, 0, 0, 1.0, 0, 0, 0, 0, 0.3, 0, 0, 0)
+NO_FAULTS = FaultRates(0, 0, 0, 1.0, 0, 0, 0, 0, 0.3, 0, 0, 0, 0, 0, 0, 0, 0)
 
 
 @dataclass(frozen=True, slots=True)

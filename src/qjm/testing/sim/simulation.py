@@ -5,6 +5,7 @@ searches over it.
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import traceback
@@ -12,18 +13,21 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from qjm import errors
 from qjm._native import framing
+from qjm.client.node_io import NoReply
 from qjm.client.retention import purge_limit
 from qjm.client.shared import EpochHints
 from qjm.config import QJMConfig
 from qjm.errors import (
     InvariantViolation,
     NodeUnavailableError,
-    OutOfSyncError,
+    OutOfOrderError,
     QJMError,
     QuorumError,
     WriterCrashedError,
 )
+from qjm.protocol import convert, wire
 from qjm.protocol.messages import PrepareRecoveryResponse, RemoteEditLog
 from qjm.server.data import apply_run
 from qjm.server.journal import COMMITTED, PROMISED, WRITER, Journal
@@ -43,7 +47,7 @@ from qjm.testing.sim.choice import (
     WriterRole,
 )
 from qjm.testing.sim.nodes import JOURNAL_ID, NS, Node, NodeCrash, SimHooks
-from qjm.testing.sim.transport import Msg, SimCondition, SimLogger, short
+from qjm.testing.sim.transport import Msg, SimCondition, SimNodeIO, SimServicer, short
 from qjm.testing.sim.writers import Batch, Killed, Task
 
 __all__ = [
@@ -113,6 +117,7 @@ class Simulation:
             st = MemoryStorage(JOURNAL_ID)
             self.nodes.append(Node(i, self.node_name(i), st, None))
             self.nodes[i].journal = self._new_journal(i)
+        self._servicers = [SimServicer(self, i) for i in range(self.workload.nodes)]
         self.checker = Checker(self)
         self.checker.check_durable_ack = check_durable_ack
         self.tasks: list[Task] = []
@@ -123,7 +128,7 @@ class Simulation:
             "steps": 0, "deliveries": 0, "fail_before": 0, "reply_lost": 0, "node_crashes": 0, "crash_inside": 0,
             "writer_kills": 0, "writer_crash_send": 0, "fetch_fail": 0, "writers": 0, "acked_txids": 0,
             "recoveries": 0, "fenced": 0, "group_commits": 0, "partitions": 0, "node_alarms": 0,
-            "purges": 0, "auto_rolls": 0,
+            "purges": 0, "auto_rolls": 0, "duplicated": 0, "late": 0, "reordered": 0, "gaps": 0,
             "shape_common": 0, "shape_partial": 0, "shape_unequal": 0, "shape_accepted": 0,
         }  # fmt: skip
         self._setup_rates(rates)
@@ -340,23 +345,27 @@ class Simulation:
 
     def _drop_unsent(self, task: Task) -> None:
         """A dead writer's calls still queued in its process die with it: per channel only a prefix
-        was already on the wire (and may still arrive); the rest is never sent."""
+        was already on the wire (and still arrives); the rest is never sent."""
         if self._final:
             return
         reach = task.role.reach if task.role is not None else None
-        for lg in task.loggers:
-            if not lg.queue:
+        for io in task.ios:
+            if not io.queue:
                 continue
             if reach is not None:
-                keep = len(lg.queue) if lg.node in reach else 0
+                keep = len(io.queue) if io.node in reach else 0
             else:
-                keep = self.chooser.randint(0, len(lg.queue), "unsent")
-            dropped = list(lg.queue)[keep:]
+                keep = self.chooser.randint(0, len(io.queue), "unsent")
+            msgs = list(io.queue)
+            for m in msgs[:keep]:
+                m.on_wire = True
+            dropped = msgs[keep:]
             for _ in dropped:
-                lg.queue.pop()
+                io.queue.pop()
             for m in dropped:
-                self.note(f"w{task.wid} -> {lg.name} {m.summary}: never sent (the writer died)")
-                m.fut.set_exception(WriterCrashedError(f"w{task.wid} died before sending {m.op}"))
+                self.note(f"w{task.wid} -> {io.name} {m.summary}: never sent (the writer died)")
+                if m.fut is not None and not m.fut.done():
+                    m.fut.set_exception(WriterCrashedError(f"w{task.wid} died before sending {m.op}"))
 
     # -- sending and delivering ----------------------------------------------------------------
 
@@ -379,151 +388,251 @@ class Simulation:
             shape = "partial"
         self.stats[f"shape_{shape}"] += 1
 
-    def on_send(self, lg: SimLogger, op: str) -> None:
+    def on_send(self, io: SimNodeIO, op: str) -> None:
         """Fault point when a writer sends: it may die partway through its fan-out."""
-        if not self._final and self.chooser.chance(self.rates.writer_crash_send, "writer_crash_send"):
+        cur = io.current
+        if self._final or (cur is not None and cur.on_wire):
+            return
+        if self.chooser.chance(self.rates.writer_crash_send, "writer_crash_send"):
             self.stats["writer_crash_send"] += 1
-            lg.life.crash(f"died while sending {op} to {lg.name}")
-            self.note(f"w{lg.writer} CRASHES while sending {op} to {lg.name}")
+            io.life.crash(f"died while sending {op} to {io.name}")
+            self.note(f"w{io.writer} CRASHES while sending {op} to {io.name}")
             for t in self.tasks:
-                if t.wid == lg.writer:
+                if t.wid == io.writer:
                     self._drop_unsent(t)
-            lg.life.check()
+            io.life.check()
 
-    def _fault_for(self, m: Msg) -> str:
-        planned = self.planned.get((m.logger.writer, m.logger.node, m.seq))
-        if planned is not None:
-            return planned
+    def _fault_for(self, io: SimNodeIO, m: Msg) -> str:
+        """What the network does to message ``m`` (a control call's first attempt, or a run of batches).
+
+        ``sticky`` faults (planned, a cut channel, a role's missed accept) also fail the ping that
+        would let the client retry, so the call fails as a whole."""
+        io.sticky = False
+        if m.kind == "data" or io.attempt == 1:
+            planned = self.planned.get((io.writer, io.node, m.seq))
+            if planned is not None:
+                io.sticky = True
+                return planned
         if self._final:
             return "ok"
-        if (m.logger.writer, m.logger.node) in self._cut:
+        if (io.writer, io.node) in self._cut:
+            io.sticky = True
             return "fail"
-        if self.chooser.chance(self.rates.fail_before, "fail_before"):
+        c = self.chooser
+        if c.chance(self.rates.fail_before, "fail_before"):
             return "fail"
-        role = self.tasks[m.logger.writer - 1].role
-        if role is not None and m.op == "accept_recovery" and m.logger.node in role.miss_accept:
+        role = self.tasks[io.writer - 1].role
+        if role is not None and m.op == "accept_recovery" and io.node in role.miss_accept:
+            io.sticky = True
             return "fail"
-        if self.chooser.chance(self.rates.reply_lost, "reply_lost"):
+        if c.chance(self.rates.reply_lost, "reply_lost"):
             return "lost"
+        if m.kind == "data":
+            return "gap" if c.chance(self.rates.gap, "gap") else "ok"
+        if c.chance(self.rates.duplicate, "duplicate"):
+            return "dup"
+        if c.chance(self.rates.late, "late"):
+            return "late"
         return "ok"
 
-    def deliver(self, lg: SimLogger) -> None:
-        m = lg.queue.popleft()
-        node = self.nodes[lg.node]
+    def ping(self, io: SimNodeIO) -> bool:
+        """Does the node answer the client's reconnect ping after a call got no reply?"""
+        if io.sticky or self.nodes[io.node].journal is None or (io.writer, io.node) in self._cut:
+            return False
+        if self._final:
+            return True
+        p = self.rates.ping_fail
+        return p < 1.0 and not self.chooser.chance(p, "ping_fail")
+
+    def deliver(self, io: SimNodeIO) -> None:
+        q = io.queue
+        if (
+            len(q) > 1
+            and q[0].is_data != q[1].is_data
+            and "ghost" not in (q[0].kind, q[1].kind)
+            and q[1].op != "finalize_log_segment"  # it waits for the batches sent before it
+            and not self._final
+            and self.chooser.chance(self.rates.reorder, "reorder")
+        ):
+            self.stats["reordered"] += 1
+            q[0], q[1] = q[1], q[0]
+            self.note(f"w{io.writer} -> {io.name}: {q[0].summary} overtakes {q[1].summary}")
+        m = q.popleft()
+        node = self.nodes[io.node]
         self.stats["deliveries"] += 1
-        if m.is_data:
-            self._deliver_data(lg, node, m)
+        if m.kind == "data":
+            self._deliver_data(io, node, m)
+        elif m.kind == "ghost":
+            self._deliver_ghost(io, node, m)
         else:
-            self._deliver_ctl(lg, node, m)
+            self._deliver_ctl(io, m)
         self.checker.check_node(node)
 
-    def _complete(self, m: Msg, node: Node, result: object = None, error: BaseException | None = None) -> None:
-        lg = m.logger
-        if error is None:
-            try:
-                lg.hooks.after(node.name, m.op)
-            except WriterCrashedError as e:
-                lg.life.crash(str(e))
-                error = e
-        if error is None:
-            m.fut.set_result(result)
+    def _deliver_ctl(self, io: SimNodeIO, m: Msg) -> None:
+        """Run the logger's call here: its request goes out and its reply comes back in this step."""
+        assert m.run is not None and m.fut is not None
+        io.current, io.attempt = m, 0
+        io.life.on_wire = m.on_wire
+        try:
+            result = m.run()
+        except SimViolation:
+            raise
+        except BaseException as e:
+            if not m.fut.done():
+                m.fut.set_exception(e)
         else:
-            m.fut.set_exception(error)
+            if not m.fut.done():
+                m.fut.set_result(result)
+        finally:
+            io.current = None
+            io.life.on_wire = False
 
-    def _deliver_ctl(self, lg: SimLogger, node: Node, m: Msg) -> None:
-        tag = f"{node.name} <- w{lg.writer} {m.summary}"
-        fault = self._fault_for(m)
-        j = node.journal
-        if j is None:
+    def deliver_request(self, io: SimNodeIO, op: str, request: Any) -> Any:
+        """One attempt of a control call on the network: the node's reply, or what the client sees."""
+        m = io.current
+        assert m is not None
+        node = self.nodes[io.node]
+        what = m.summary if op == m.op else f"{op} (on the way to {m.summary})"
+        tag = f"{node.name} <- w{io.writer} {what}{' (retry)' if op == m.op and io.attempt > 1 else ''}"
+        fault = self._fault_for(io, m)
+        if node.journal is None:
             self.note(f"{tag} => node down")
-            self._complete(m, node, error=NodeUnavailableError(f"{node.name} is down"))
-            return
+            raise NoReply(f"{node.name} is down")
         if fault == "fail":
             self.stats["fail_before"] += 1
             self.note(f"{tag} => LOST before delivery")
-            self._complete(m, node, error=NodeUnavailableError(f"injected: {m.op} to {node.name} lost"))
-            return
-        promised = node.storage.read_long(PROMISED) or 0
-        assert m.run is not None
-        files = node.storage.file_names() if m.op == "purge_logs" else []
+            raise NoReply(f"injected: {op} to {node.name} lost")
+        if fault == "late":
+            self.stats["late"] += 1
+            self.note(f"{tag} => DELAYED in the network; no reply")
+            io.queue_ghost(op, request, f"{m.summary} (late)")
+            raise NoReply(f"injected: {op} to {node.name} delayed")
         try:
-            result = m.run(j)
+            result = self._execute(io, node, op, request, tag)
+        except OutOfOrderError as e:
+            # Every attempt carries a fresh serial, and only the copies the network repeats
+            # (whose replies no one reads) can be out of order: a refusal the client reads means
+            # it sent a serial twice, and counts a node that did the call as failed.
+            self.checker.fail(f"client: w{io.writer}'s {what} reached {node.name} with a used serial: {e}")
+            raise
+        if fault == "dup":
+            self.stats["duplicated"] += 1
+            io.queue_ghost(op, request, f"{m.summary} (duplicate)")
+        if fault == "lost":
+            self.stats["reply_lost"] += 1
+            self.note(f"{tag} => done, REPLY LOST ({self._reply_summary(op, result)})")
+            raise NoReply(f"injected: reply to {op} from {node.name} lost")
+        self.note(f"{tag} => ok {self._reply_summary(op, result)}".rstrip())
+        return result
+
+    def _deliver_ghost(self, io: SimNodeIO, node: Node, m: Msg) -> None:
+        tag = f"{node.name} <- w{io.writer} {m.summary}"
+        if node.journal is None or (io.writer, io.node) in self._cut:
+            self.note(f"{tag} => lost")
+            return
+        try:
+            result = self._execute(io, node, m.op, m.request, tag)
+        except QJMError:
+            return  # noted; no one reads the reply
+        self.note(f"{tag} => done, no one reads the reply ({self._reply_summary(m.op, result)})")
+
+    def _reply_summary(self, op: str, reply: Any) -> str:
+        if not self.keep_trace:
+            return ""
+        if op == "new_epoch":
+            return short(convert.new_epoch_from_pb(reply))
+        if op == "prepare_recovery":
+            return short(convert.prepare_from_pb(reply))
+        if op == "get_journal_state":
+            return short(convert.state_from_pb(reply))
+        if op == "is_formatted":
+            return str(reply.formatted)
+        return ""
+
+    def _execute(self, io: SimNodeIO, node: Node, op: str, request: Any, tag: str) -> Any:
+        """The node runs ``request`` through its servicer; the checker looks at what it accepted."""
+        promised = node.storage.read_long(PROMISED) or 0
+        files = node.storage.file_names() if op == "purge_logs" else []
+        srv = self._servicers[node.index]
+        try:
+            reply = srv.call(op, request)
         except NodeCrash as c:
             self.stats["crash_inside"] += 1
-            self._crash_node(node, f"inside {m.op} at {c}")
+            self._crash_node(node, f"inside {op} at {c}")
             self.note(f"{tag} => node died")
-            self._complete(m, node, error=NodeUnavailableError(f"{node.name} died during {m.op}"))
-            return
+            raise NoReply(f"{node.name} died during {op}") from None
         except QJMError as e:
+            bad = srv.take_unexpected()
+            if bad is not None:
+                tb = "".join(traceback.format_exception(bad)).rstrip()
+                self.note(f"{tag} => unexpected {type(bad).__name__}: {bad}\n{tb}")
+                self.checker.fail(f"{node.name} failed unexpectedly in {op}: {type(bad).__name__}: {bad}")
             self.note(f"{tag} => {type(e).__name__}: {e}")
             if isinstance(e, InvariantViolation):
                 # A node's own alarm is a violation even when no writer waits for the reply any
                 # more (a delayed call of a writer that moved on): a real one, or a false alarm
                 # that must be fixed in the node.
                 self.stats["node_alarms"] += 1
-                self.node_alarms.append(f"{node.name} {m.summary}: {e}")
-                self.checker.fail(f"node-side alarm: {node.name} replied to w{lg.writer} {m.summary}: {e}")
-            self._complete(m, node, error=e)
-            return
-        except Exception as e:
-            self.note(f"{tag} => unexpected {type(e).__name__}: {e}\n{traceback.format_exc().rstrip()}")
-            self.checker.fail(f"{node.name} failed unexpectedly in {m.op}: {type(e).__name__}: {e}")
-            return
-        if m.op == "purge_logs":
+                self.node_alarms.append(f"{node.name} {tag}: {e}")
+                self.checker.fail(f"node-side alarm: {node.name} replied to {tag}: {e}")
+            raise
+        if op == "purge_logs":
             self.checker.on_purge(node, files)
-        if m.op == "new_epoch":
-            self.checker.on_new_epoch(node, m.epoch, promised)
-        elif m.op not in _UNFENCED_OPS:
-            self.checker.on_request(node, m.op, lg.epoch, promised)
-        if fault == "lost":
-            self.stats["reply_lost"] += 1
-            self.note(f"{tag} => done, REPLY LOST ({short(result)})")
-            self._complete(m, node, error=NodeUnavailableError(f"injected: reply to {m.op} from {node.name} lost"))
-            return
-        self.note(f"{tag} => ok {short(result) if result is not None else ''}".rstrip())
-        self._complete(m, node, result)
+        if op == "new_epoch":
+            self.checker.on_new_epoch(node, request.epoch, promised)
+        elif op not in _UNFENCED_OPS:
+            self.checker.on_request(node, op, request.req.epoch, promised)
+        return reply
 
-    def _deliver_data(self, lg: SimLogger, node: Node, m: Msg) -> None:
+    def _deliver_data(self, io: SimNodeIO, node: Node, m: Msg) -> None:
+        link = m.link
+        assert link is not None
         group = [m]
         while (
-            lg.queue
-            and lg.queue[0].is_data
-            and lg.queue[0].gen == m.gen
+            io.queue
+            and io.queue[0].link is link
             and len(group) < 4
             and self.chooser.chance(self.rates.group_commit, "group_commit")
         ):
-            group.append(lg.queue.popleft())
+            group.append(io.queue.popleft())
         if len(group) > 1:
             self.stats["group_commits"] += 1
-        tag = f"{node.name} <- w{lg.writer} " + " + ".join(g.summary for g in group)
-        if lg.link_broken(m.gen):
-            self.note(f"{tag} => link already broken")
-            for g in group:
-                self._complete(g, node, error=OutOfSyncError(f"{node.name}: data link failed earlier"))
+        tag = f"{node.name} <- w{io.writer} " + " + ".join(g.summary for g in group)
+        if link.failed is not None:
+            self.note(f"{tag} => its link is gone")
             return
-        fault = self._fault_for(m)
+        fault = self._fault_for(io, m)
         j = node.journal
         if j is None or fault == "fail":
             if j is not None:
                 self.stats["fail_before"] += 1
             self.note(f"{tag} => {'node down' if j is None else 'LOST before delivery'}; link breaks")
-            self._break_link(lg, node, group, NodeUnavailableError(f"{node.name}: data link lost"))
+            link.fail(NodeUnavailableError(f"{node.name}: data link lost"))
             return
+        run = group
+        if fault == "gap" and len(group) == 1 and io.queue and io.queue[0].link is link:
+            group.append(io.queue.popleft())  # the run the lost frame was part of
+            tag = f"{node.name} <- w{io.writer} " + " + ".join(g.summary for g in group)
+        if fault == "gap" and len(group) > 1:
+            self.stats["gaps"] += 1
+            run = group[1:]
+            self.note(f"{tag} => the run loses {m.summary} on the way (a txid gap)")
         promised = node.storage.read_long(PROMISED) or 0
         writer_epoch = node.storage.read_long(WRITER) or 0
         seg_name = f"edits_inprogress_{m.segment:019d}"
         size_before = len(node.storage.read_file(seg_name)) if seg_name in node.storage.file_names() else 0
-        error: BaseException | None = None
+        error: QJMError | None = None
         acks: list[int] = []
-        commits = [(m.epoch, g.commit) for g in group if g.commit is not None]
+        commits = [g.commit for g in run if g.commit is not None]
+        durable = 0
         try:
             # The node's own data handler: frames, their ack, then the newest commit notice.
-            durable = apply_run(j, [g.frame for g in group], commits, acks.append)
+            durable = apply_run(j, [g.frame for g in run], commits, acks.append)
         except NodeCrash as c:
             self.stats["crash_inside"] += 1
             self._crash_node(node, f"inside journal at {c}")
             self.note(f"{tag} => node died")
-            self._break_link(lg, node, group, NodeUnavailableError(f"{node.name} died"))
+            link.fail(NodeUnavailableError(f"{node.name} died"))
             return
         except InvariantViolation as e:
             self.stats["node_alarms"] += 1
@@ -531,40 +640,27 @@ class Simulation:
             self.checker.fail(f"node-side alarm: {node.name} raised InvariantViolation in journal: {e}")
         except QJMError as e:
             # data.py: what the run acked, else the journal's durable txid, else the link's last ack
-            durable = acks[-1] if acks else int(getattr(e, "durable_txid", lg.link_acked.get(m.gen, 0)))
+            durable = acks[-1] if acks else int(getattr(e, "durable_txid", link.acked_txid()))
             error = e  # after acks it already sent (a refused commit notice), the node closes the link
         except Exception as e:
             self.note(f"{tag} => unexpected {type(e).__name__}: {e}\n{traceback.format_exc().rstrip()}")
             self.checker.fail(f"{node.name} failed unexpectedly in journal: {type(e).__name__}: {e}")
-        # RemoteLogger completes every pending batch at or below the durable txid a node reports,
-        # also in an error reply: so does the simulation, and the checker looks at what that means.
-        ok = [g for g in group if error is None or g.last <= durable]
-        if ok:
-            lg.link_acked[m.gen] = max(lg.link_acked.get(m.gen, 0), durable)
+        ok = [g for g in run if error is None or g.last <= durable]
         if error is not None and ok and not acks:
             self.note(f"{tag} => {type(error).__name__} reporting durable through {durable}: acks {len(ok)} frame(s)")
         self.checker.on_frames(node, ok, promised, writer_epoch, size_before)
         if fault == "lost":
             self.stats["reply_lost"] += 1
             self.note(f"{tag} => durable through {durable}, REPLY LOST; link breaks")
-            self._break_link(lg, node, group, NodeUnavailableError(f"{node.name}: ack lost"))
+            link.fail(NodeUnavailableError(f"{node.name}: ack lost"))
             return
+        reply = b"".join(wire.encode_ack(a) for a in acks)
         if error is not None:
             self.note(f"{tag} => durable through {durable}, then {type(error).__name__}: {error}; link breaks")
-            lg.link_failed(m.gen, error)
+            reply += wire.encode_error(errors.to_code(error), str(error), durable)
         else:
             self.note(f"{tag} => durable through {durable}")
-        for g in group:
-            if g in ok:
-                self._complete(g, node, durable)
-            else:
-                self._complete(g, node, error=error)
-
-    def _break_link(self, lg: SimLogger, node: Node, group: list[Msg], error: BaseException) -> None:
-        """The link that carried ``group`` is gone: ``lg`` learns it, and every batch of it fails."""
-        lg.link_failed(group[0].gen, error)
-        for g in group:
-            self._complete(g, node, error=error)
+        link.replies(reply)
 
     # -- nodes -------------------------------------------------------------------------------
 
@@ -756,11 +852,11 @@ class Simulation:
     def _live(self) -> list[Task]:
         return [t for t in self.tasks if t.state != "done"]
 
-    def _channels(self) -> list[SimLogger]:
+    def _channels(self) -> list[SimNodeIO]:
         """Channels with calls in flight, in the default schedule's order (slow ones last)."""
-        chans = [lg for t in self.tasks for lg in t.loggers if lg.queue]
+        chans = [io for t in self.tasks for io in t.ios if io.queue]
         sign = -1 if self.workload.newest_first else 1
-        chans.sort(key=lambda lg: ((lg.writer, lg.node) in self._slow, sign * lg.writer, lg.node))
+        chans.sort(key=lambda io: ((io.writer, io.node) in self._slow, sign * io.writer, io.node))
         return chans
 
     def state_key(self) -> object:
@@ -779,7 +875,7 @@ class Simulation:
                 jk = (j._promised, j._writer_epoch, j._committed, j._serial, j._highest_written,
                       None if o is None else (o.start, o.next_txid))  # fmt: skip
             nodes.append((files, longs, durable, paxos, jk))
-        chans = tuple(lg.state_key() for t in self.tasks for lg in t.loggers)
+        chans = tuple(t.channel_keys() for t in self.tasks)
         tasks = tuple(t.state_key() for t in self.tasks)
         return (
             tuple(nodes), chans, tasks, self.checker.state_key(), len(self._plans), tuple(sorted(self._cut)),
@@ -787,7 +883,19 @@ class Simulation:
         )  # fmt: skip
 
     def run(self) -> SimResult:
-        """Run to the end: the workload under faults, then a final fault-free recovery and checks."""
+        """Run to the end: the workload under faults, then a final fault-free recovery and checks.
+
+        The loggers' operational log (every lost link and failed start, thousands per search) is
+        held back to errors while the run lasts: the trace records each of those events."""
+        channel_log = logging.getLogger("qjm.channel")
+        level = channel_log.level
+        channel_log.setLevel(logging.ERROR)
+        try:
+            return self._run()
+        finally:
+            channel_log.setLevel(level)
+
+    def _run(self) -> SimResult:
         violation: SimViolation | None = None
         pruned = False
         try:
@@ -885,9 +993,9 @@ class Simulation:
                 return
         actions: list[Callable[[], None]] = []
         weights: list[float] = []
-        for lg in self._channels():
-            actions.append(lambda lg=lg: self.deliver(lg))  # type: ignore[misc]
-            weights.append(self._slow.get((lg.writer, lg.node), 1.0))
+        for io in self._channels():
+            actions.append(lambda io=io: self.deliver(io))  # type: ignore[misc]
+            weights.append(self._slow.get((io.writer, io.node), 1.0))
         if self._plans and (self._interleaved or not self._live()):
             actions.append(lambda: self._run_task(self._spawn(self._plans.pop(0))))
             weights.append(1.0)

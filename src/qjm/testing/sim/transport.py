@@ -1,10 +1,19 @@
-"""The simulated transport between the real client code and the real nodes.
+"""The simulated network under the real client transport.
 
-``SimLogger`` implements the ``Logger`` protocol: a call is queued as a ``Msg`` on its (writer,
-node) channel and its ``Future`` completes when the scheduler delivers it. ``SimQuorumCall`` is a
-``QuorumCall`` whose waits yield to the scheduler (``SimCondition``); ``SimLoggerSet`` and
-``SimManager`` put them under the real ``QuorumJournalManager``. ``short`` summarizes a reply for
-the trace.
+Each writer talks to each node through the production ``RemoteLogger`` (``qjm.client.channel``);
+only its ``NodeIO`` is simulated (``SimNodeIO``). What leaves the writer is queued as a ``Msg`` on
+that (writer, node) channel, FIFO like the logger's single control executor and its ordered data
+link: a control call as the logger's own ``run`` closure, a batch as a frame on a ``SimLink``. When
+the scheduler delivers a control ``Msg`` it runs the closure inline, on the scheduler's thread, so
+no thread hands anything over: the logger stamps the request (a fresh serial), the ``SimNodeIO``
+answers its ``call`` at once through the node's real gRPC servicer (``qjm.server.rpc``, with its
+message conversions and typed errors) unless a fault strikes, and the logger's retry, refusal and
+start handling run as in production. A batch is applied with the node's ``apply_run`` and its
+replies framed with ``qjm.protocol.wire``, read back by the client's own ``PendingBatches``.
+
+``SimQuorumCall`` is a ``QuorumCall`` whose waits yield to the scheduler (``SimCondition``);
+``SimLoggerSet`` and ``SimManager`` put them under the real ``QuorumJournalManager``. ``short``
+summarizes a reply for the trace.
 """
 
 from __future__ import annotations
@@ -13,29 +22,27 @@ import hashlib
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
+import grpc
+
+from qjm import errors
 from qjm._native import framing
+from qjm.client.channel import RemoteLogger
+from qjm.client.data_link import LinkFailed, PendingBatches
 from qjm.client.loggers import CallHooks, Logger, LoggerSet, WriterLife
 from qjm.client.manager import QuorumJournalManager
-from qjm.client.node_state import Held, NodeState, NodeStateView, Refusal, Route
+from qjm.client.node_state import CommitNotice
 from qjm.client.quorum import QuorumCall
 from qjm.client.recovery import choose_recovery_source, in_sync_copy
-from qjm.errors import InvariantViolation, QJMError, WriterCrashedError
-from qjm.protocol.messages import (
-    NO_TXID,
-    EditLogManifest,
-    JournaledEdits,
-    JournalState,
-    NamespaceInfo,
-    NewEpochResponse,
-    PrepareRecoveryResponse,
-    RequestInfo,
-    SegmentState,
-)
+from qjm.config import NodeAddress
+from qjm.errors import InvariantViolation, OutOfSyncError, QJMError
+from qjm.protocol.messages import JournalState, NewEpochResponse, PrepareRecoveryResponse, SegmentState
+from qjm.protocol.rpcmeta import ERROR_CODE_KEY
 from qjm.server.journal import Journal
+from qjm.server.rpc import QJournalServicer
 from qjm.testing.bugs import ProtocolBugs
 from qjm.testing.sim.nodes import JOURNAL_ID, NS
 
@@ -44,16 +51,22 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Msg",
+    "SimCallHooks",
     "SimCondition",
-    "SimLogger",
+    "SimLife",
+    "SimLink",
     "SimLoggerSet",
     "SimManager",
+    "SimNodeIO",
     "SimQuorumCall",
+    "SimServicer",
     "short",
+    "sim_logger",
 ]
 
 
 T = TypeVar("T")
+SIM_DATA_DIR = "/qjm-sim"  # no message names it: the servicer's redaction leaves them alone
 
 
 def short(v: object) -> str:
@@ -70,236 +83,296 @@ def short(v: object) -> str:
 
 @dataclass(eq=False, slots=True)
 class Msg:
-    logger: SimLogger
+    """One thing in flight on a (writer, node) channel, in one of three kinds.
+
+    ``ctl``: a control call, ``run`` being the logger's closure and ``fut`` its executor future;
+    ``data``: a batch on ``link``, ``fut`` its future there; ``ghost``: a copy of a control request the network delivers
+    again (a duplicate, or a late first attempt the writer has retried since), whose reply no one
+    reads."""
+
+    io: SimNodeIO
+    kind: str
     op: str
     summary: str
-    fut: Future[Any]
-    run: Callable[[Journal], Any] | None = None  # control plane
-    frame: bytes = b""  # data plane
+    seq: int  # n-th message on this channel (1-based), for planned faults
+    fut: Future[Any] | None = None
+    run: Callable[[], Any] | None = None
+    link: SimLink | None = None
+    frame: bytes = b""
     first: int = 0
     last: int = 0
     epoch: int = 0
     segment: int = 0
-    gen: int = 0
-    commit: int | None = None
-    seq: int = 0  # n-th call on this channel (1-based), for planned faults
+    commit: CommitNotice | None = None
+    request: Any = None
+    on_wire: bool = False  # sent before its writer died: it still arrives
 
     @property
     def is_data(self) -> bool:
-        return self.run is None
+        return self.kind == "data"
 
 
-class SimLogger(NodeStateView[Msg]):
-    """One writer's channel to one simulated node: the ``Logger`` protocol, like ``RemoteLogger``.
+class SimLife(WriterLife):
+    """A writer's life; ``on_wire`` lets a request its dead writer had already sent be built and
+    delivered (the simulation builds a request when it delivers it)."""
 
-    The per-node rules are ``RemoteLogger``'s own ``NodeState``: serials stamped when a call runs;
-    a batch that fails breaks the data link and leaves the node out of sync (or fenced) until the
-    next ``start_log_segment`` succeeds; a start that fails, however it fails, does the same at
-    once; batches sent while a start is pending go behind it; ``finalize_log_segment`` refuses
-    while out of sync; the committed txid rides on the next batch. One FIFO queue per channel
-    stands in for both planes, so a batch never overtakes the start it was sent after.
-    """
+    def __init__(self) -> None:
+        super().__init__()
+        self.on_wire = False
 
-    def __init__(
-        self, sim: Simulation, writer: int, node: int, life: WriterLife, hooks: CallHooks | None = None
-    ) -> None:
+    def check(self) -> None:
+        if not self.on_wire:
+            super().check()
+
+
+class SimCallHooks(CallHooks):
+    """The writer may die as it sends a call (``Simulation.on_send``)."""
+
+    def __init__(self, io: SimNodeIO) -> None:
+        self.io = io
+
+    def before(self, node: str, op: str) -> None:
+        self.io.sim.on_send(self.io, op)
+
+
+class SimContext:
+    """What the servicer needs of a gRPC context: an abort carries the node's typed error back."""
+
+    def __init__(self, node: str) -> None:
+        self.node = node
+        self.code = ""
+
+    def set_trailing_metadata(self, md: Sequence[tuple[str, str]]) -> None:
+        self.code = dict(md).get(ERROR_CODE_KEY, "")
+
+    def abort(self, code: grpc.StatusCode, details: str) -> NoReturn:
+        raise errors.from_code(self.code or "QJM_ERROR", f"{self.node}: {details}")
+
+
+class SimServicer:
+    """One simulated node's control plane: the real ``QJournalServicer`` over the node's journal.
+
+    A call that fails outside the protocol's typed errors (a bug in the node) is kept in
+    ``unexpected`` for the simulation to report: the servicer turns it into a reply."""
+
+    def __init__(self, sim: Simulation, node: int) -> None:
+        self.sim = sim
+        self.node = node
+        self.data_dir = SIM_DATA_DIR
+        self.unexpected: BaseException | None = None
+        self.servicer = QJournalServicer(self, lambda: f"{sim.node_name(node)}:2")  # type: ignore[arg-type]
+
+    def exists(self, journal_id: str) -> bool:
+        return True
+
+    @contextmanager
+    def lease(self, journal_id: str, *, create: bool = False) -> Iterator[Journal]:
+        j = self.sim.nodes[self.node].journal
+        assert j is not None, "delivered to a node that is down"
+        try:
+            yield j
+        except QJMError:
+            raise
+        except Exception as e:
+            self.unexpected = e
+            raise
+
+    def take_unexpected(self) -> BaseException | None:
+        e, self.unexpected = self.unexpected, None
+        return e
+
+    def call(self, op: str, request: Any) -> Any:
+        self.unexpected = None
+        method = getattr(self.servicer, _METHODS[op])
+        return method(request, SimContext(self.sim.node_name(self.node)))
+
+
+_METHODS = {
+    "is_formatted": "IsFormatted",
+    "format": "Format",
+    "get_journal_state": "GetJournalState",
+    "new_epoch": "NewEpoch",
+    "start_log_segment": "StartLogSegment",
+    "finalize_log_segment": "FinalizeLogSegment",
+    "purge_logs": "PurgeLogs",
+    "prepare_recovery": "PrepareRecovery",
+    "accept_recovery": "AcceptRecovery",
+    "get_edit_log_manifest": "GetEditLogManifest",
+    "get_journaled_edits": "GetJournaledEdits",
+    "status": "Status",
+}
+
+
+class SimLink:
+    """A segment's data link over the simulated channel: the ``DataLink`` protocol.
+
+    Batches are queued as ``Msg``s behind the control calls sent before them; the node's replies
+    come back as ``wire`` bytes into ``PendingBatches``, as on ``ThreadedLink``."""
+
+    def __init__(self, io: SimNodeIO, on_fail: LinkFailed, gen: int) -> None:
+        self.name = io.name
+        self.io = io
+        self.gen = gen
+        self.failed: BaseException | None = None
+        bugs = io.sim.bugs
+        self.batches = PendingBatches(bugs if bugs is not None and bugs.fenced_refusal_counts_as_ack else None)
+        self._on_fail = on_fail
+        self._buf = bytearray()
+
+    def send(self, frame: bytes, last_txid: int, fut: Future[int], commit: CommitNotice | None) -> None:
+        with self.batches.lock:
+            if not self.batches.add(last_txid, fut, len(frame)):
+                return
+        self.io.queue_batch(self, frame, last_txid, commit, fut)
+
+    def send_untracked(self, frame: bytes, last_txid: int, commit: CommitNotice | None) -> None:
+        raise TypeError("SimLink tracks every batch with a future")
+
+    def send_notice(self, notice: bytes) -> None:
+        raise TypeError("the simulated writers send commit notices ahead of their batches only")
+
+    def acked_txid(self) -> int:
+        return self.batches.acked
+
+    def unacked_bytes(self) -> int:
+        return self.batches.queued_bytes
+
+    def wait_for_room(self, nbytes: int, limit: int, stall: float) -> None:
+        """Never waits: the simulated writers do not pace."""
+
+    def wait_idle(self, timeout: float) -> None:
+        """Never waits: a channel is one FIFO, so every batch sent before a control call is
+        delivered before it (the scheduler's order stands for the real wait)."""
+
+    def replies(self, data: bytes) -> None:
+        """The node's reply bytes reach the client; an ERROR among them fails the link."""
+        self._buf += data
+        try:
+            self.batches.take_replies(self._buf, self.name)
+        except QJMError as e:
+            self.fail(e)
+
+    def fail(self, e: BaseException) -> None:
+        if self.batches.fail(e):
+            self.failed = e
+            self._on_fail(self, e)
+
+    def close(self) -> None:
+        self.fail(OutOfSyncError(f"{self.name}: data link closed with batches pending"))
+
+
+class SimNodeIO:
+    """One (writer, node) channel of the simulated network: the ``NodeIO`` a ``RemoteLogger`` runs on."""
+
+    quiet_links = False
+
+    def __init__(self, sim: Simulation, writer: int, node: int, life: SimLife) -> None:
         self.sim = sim
         self.writer = writer
         self.node = node
         self.life = life
-        self.hooks = hooks or CallHooks()
-        self._name = sim.node_name(node)
-        self._state: NodeState[Msg] = NodeState(self._name, JOURNAL_ID, sim.config.queued_edits_limit_bytes)
-        self._gen = 0  # data link generation: one per start_log_segment sent
-        self._broken: set[int] = set()
-        self.link_acked: dict[int, int] = {}  # gen → last durable txid the node acked on that link
+        self.name = sim.node_name(node)
         self.queue: deque[Msg] = deque()
         self.sent = 0
+        self.gen = 0  # data links opened
+        self.current: Msg | None = None  # the control call being delivered
+        self.attempt = 0  # its attempts so far (a retry is the second; a call it makes on the way is none)
+        self.sticky = False  # the fault on the current attempt also fails the ping (no retry)
 
-    # -- identity / state (NodeStateView's, as on RemoteLogger) ------------------------------
+    def _add(self, msg: Msg) -> Msg:
+        self.queue.append(msg)
+        return msg
 
-    def _req(self) -> RequestInfo:
-        return self._state.request()
-
-    def state_key(self) -> tuple[object, ...]:
-        st = self._state
-        return (
-            self.writer,
-            self.node,
-            st.epoch,
-            st.serial,
-            st.committed,
-            st.committed_sent,
-            st.out_of_sync,
-            st.fenced is not None,
-            st.starting,
-            self._gen,
-            self._gen in self._broken,
-            tuple(m.summary for m in self.queue),
-        )
-
-    # -- sending -----------------------------------------------------------------------------
-
-    def _send_checks(self, op: str, writer: bool) -> None:
-        if writer:
-            self.life.check()
-        self.hooks.before(self._name, op)
+    def submit(self, what: str, fn: Callable[[], T], *, parallel: bool = False) -> Future[T]:
+        fut: Future[T] = Future()
         self.sent += 1
-        self.sim.on_send(self, op)
+        op = what.removeprefix("admin ").split("(", 1)[0]
+        self._add(Msg(self, "ctl", op, what, self.sent, fut=fut, run=fn))
+        return fut
 
-    def _ctl(
-        self, op: str, summary: str, run: Callable[[Journal], T], *, writer: bool = True, epoch: int = 0
-    ) -> Future[T]:
+    def beside(self, fn: Callable[[], T]) -> Future[T]:
         fut: Future[T] = Future()
         try:
-            self._send_checks(op, writer)
+            fut.set_result(fn())
         except QJMError as e:
-            self.sim.note(f"w{self.writer} -> {self._name} {summary}: not sent ({type(e).__name__}: {e})")
             fut.set_exception(e)
-            return fut
-        self.queue.append(Msg(self, op, summary, fut, run=run, epoch=epoch, seq=self.sent))
         return fut
 
-    def is_formatted(self) -> Future[bool]:
-        return self._ctl("is_formatted", "is_formatted()", lambda j: j.is_formatted(), writer=False)
+    def call(self, op: str, request: Any, timeout: float) -> Any:
+        cur = self.current
+        if cur is not None and op == cur.op:
+            self.attempt += 1
+        return self.sim.deliver_request(self, op, request)
 
-    def format(self, ns: NamespaceInfo, force: bool) -> Future[None]:
-        return self._ctl("format", f"format(force={force})", lambda j: j.format(ns, force), writer=False)
+    def ping(self, timeout: float) -> bool:
+        return self.sim.ping(self)
 
-    def get_journal_state(self) -> Future[JournalState]:
-        return self._ctl("get_journal_state", "get_journal_state()", lambda j: j.get_journal_state())
+    def monotonic(self) -> float:
+        return self.sim.clock()
 
-    def new_epoch(self, ns: NamespaceInfo, epoch: int) -> Future[NewEpochResponse]:
-        return self._ctl("new_epoch", f"new_epoch({epoch})", lambda j: j.new_epoch(ns, epoch), epoch=epoch)
+    def open_link(self, data_address: str, on_fail: LinkFailed, *, report_acks: bool) -> SimLink:
+        self.gen += 1
+        return SimLink(self, on_fail, self.gen)
 
-    def start_log_segment(self, txid: int) -> Future[None]:
-        self._gen += 1
-        gen = self._gen
-        self._state.start_begun(txid)
-
-        def run(j: Journal) -> None:
-            self._broken.add(gen - 1)  # the old segment's link is closed on purpose
-            j.start_log_segment(self._req(), txid)
-
-        fut: Future[None] = self._ctl("start_log_segment", f"start_log_segment({txid})", run)
-        fut.add_done_callback(partial(self._start_ended, txid, gen))
-        return fut
-
-    def _start_ended(self, txid: int, gen: int, fut: Future[None]) -> None:
-        """RemoteLogger._start_ended: a start that fails (refused, lost, its reply lost, or never
-        sent) drops the batches queued behind it and leaves the node out of sync at once."""
-        e = fut.exception()
-        if e is None:
-            self._state.start_succeeded(txid)  # its batches are already queued behind it
-            return
-        self._broken.add(gen - 1)
-        self._broken.add(gen)
-        self._state.start_failed(txid, e if isinstance(e, QJMError) else QJMError(f"{self._name}: {e}"))
-
-    def finalize_log_segment(self, start: int, end: int, copy_epoch: int = 0) -> Future[None]:
-        def run(j: Journal) -> None:
-            if self._state.out_of_sync:
-                raise self._state.not_in_sync(f"; not finalizing {start}-{end}")
-            j.finalize_log_segment(self._req(), start, end, copy_epoch)
-
-        return self._ctl("finalize_log_segment", f"finalize_log_segment({start}, {end})", run)
-
-    def purge_logs(self, min_txid_to_keep: int) -> Future[None]:
-        return self._ctl(
-            "purge_logs", f"purge_logs({min_txid_to_keep})", lambda j: j.purge_logs(self._req(), min_txid_to_keep)
-        )
-
-    def admin_purge_logs(self, epoch: int, min_txid_to_keep: int) -> Future[None]:
-        req = RequestInfo(JOURNAL_ID, epoch, 0, NO_TXID)
-        return self._ctl(
-            "purge_logs",
-            f"admin purge_logs({min_txid_to_keep}) in epoch {epoch}",
-            lambda j: j.purge_logs(req, min_txid_to_keep, admin=True),
-            writer=False,
-        )
-
-    def prepare_recovery(self, segment: int) -> Future[PrepareRecoveryResponse]:
-        return self._ctl(
-            "prepare_recovery", f"prepare_recovery({segment})", lambda j: j.prepare_recovery(self._req(), segment)
-        )
-
-    def accept_recovery(self, state: SegmentState, source_url: str) -> Future[None]:
-        return self._ctl(
-            "accept_recovery",
-            f"accept_recovery({state}, from {source_url})",
-            lambda j: j.accept_recovery(self._req(), state, source_url),
-        )
-
-    def get_edit_log_manifest(self, since: int, in_progress_ok: bool) -> Future[EditLogManifest]:
-        return self._ctl(
-            "get_edit_log_manifest",
-            f"get_edit_log_manifest({since}, {in_progress_ok})",
-            lambda j: j.get_edit_log_manifest(since, in_progress_ok),
-            writer=False,
-        )
-
-    def get_journaled_edits(self, since: int, max_txns: int) -> Future[JournaledEdits]:
-        return self._ctl(
-            "get_journaled_edits",
-            f"get_journaled_edits({since}, {max_txns})",
-            lambda j: j.get_journaled_edits(since, max_txns),
-            writer=False,
-        )
-
-    def read_segment(self, segment: int) -> Iterator[bytes]:
-        """Out of band (readers only): the node's valid bytes of ``segment``, in small chunks."""
-        yield from self.sim.fetch(self._name, JOURNAL_ID, segment)
-
-    def send_batch(self, frame: bytes, first_txid: int, last_txid: int) -> Future[int]:
-        fut: Future[int] = Future()
+    def queue_batch(
+        self, link: SimLink, frame: bytes, last_txid: int, commit: CommitNotice | None, fut: Future[int]
+    ) -> None:
         h = framing.decode_header(frame)
         summary = (
-            f"journal(seg {h.segment_txid}, txids {first_txid}-{last_txid}, epoch {h.epoch}, "
+            f"journal(seg {h.segment_txid}, txids {h.first_txid}-{last_txid}, epoch {h.epoch}, "
             f"#{hashlib.blake2b(frame, digest_size=3).hexdigest()})"
         )
-        try:
-            self._send_checks("journal", True)
-        except QJMError as e:
-            if not isinstance(e, WriterCrashedError):
-                self._state.lose_sync(e)
-            return self._not_sent(fut, summary, e)
-        route = self._state.route(len(frame), 0, self._gen > 0)
-        if isinstance(route, Refusal):
-            if route.close_link:
-                self._broken.add(self._gen)  # the batches it dropped are queued: they fail on the broken link
-            return self._not_sent(fut, summary, route.error)
-        commit = self._state.commit_notice()
-        fut.add_done_callback(self._on_batch_done)
-        msg = Msg(
-            self, "journal", summary, fut, frame=frame, first=first_txid, last=last_txid, epoch=h.epoch,
-            segment=h.segment_txid, gen=self._gen, commit=commit[1] if commit else None, seq=self.sent,
-        )  # fmt: skip
-        if route is Route.HOLD:
-            self._state.hold(Held(frame, last_txid, msg, commit))
-        self.queue.append(msg)
-        return fut
+        self.sent += 1
+        self._add(Msg(
+            self, "data", "journal", summary, self.sent, fut=fut, link=link, frame=frame, first=h.first_txid,
+            last=last_txid, epoch=h.epoch, segment=h.segment_txid, commit=commit,
+        ))  # fmt: skip
 
-    def _not_sent(self, fut: Future[int], summary: str, e: QJMError) -> Future[int]:
-        self.sim.note(f"w{self.writer} -> {self._name} {summary}: not sent ({type(e).__name__}: {e})")
-        fut.set_exception(e)
-        return fut
+    def queue_ghost(self, op: str, request: Any, summary: str) -> None:
+        """The network delivers ``request`` again later (its reply goes nowhere)."""
+        self.sent += 1
+        self._add(Msg(self, "ghost", op, summary, self.sent, request=request))
 
-    def _on_batch_done(self, fut: Future[int]) -> None:
-        if fut.cancelled() or fut.exception() is not None:
-            return
-        self._state.acked(fut.result())
+    def read_segment(self, journal_id: str, segment: int) -> Iterator[bytes]:
+        """Out of band (readers only): the node's valid bytes of ``segment``, in small chunks."""
+        yield from self.sim.fetch(self.name, journal_id, segment)
 
-    def link_failed(self, gen: int, e: BaseException) -> None:
-        """A batch of link ``gen`` failed: the link is gone; the node is out of sync if it is current."""
-        self._broken.add(gen)
-        if gen == self._gen:
-            self._state.lose_sync(e)
+    def follow(self, journal_id: str, since: int, heartbeat: float) -> NoReturn:
+        raise QJMError("following is not simulated")
 
-    def link_broken(self, gen: int) -> bool:
-        return gen in self._broken
-
-    def close(self, grace: float = 0.0) -> None:
+    def shutdown(self) -> None:
         """Nothing to release: queued calls stay in flight, as on a real network."""
+
+
+def sim_logger(sim: Simulation, writer: int, node: int, life: SimLife) -> tuple[RemoteLogger, SimNodeIO]:
+    """The production ``RemoteLogger`` of writer ``writer`` to node ``node``, on the simulated network."""
+    io = SimNodeIO(sim, writer, node, life)
+    bugs = sim.bugs if sim.bugs is not None and sim.bugs.transport_side else None
+    lg = RemoteLogger(
+        NodeAddress(io.name, 1), JOURNAL_ID, config=sim.config, hooks=SimCallHooks(io), life=life, io=io, bugs=bugs
+    )
+    return lg, io
+
+
+def logger_key(lg: RemoteLogger, io: SimNodeIO) -> tuple[object, ...]:
+    """The channel's part of the exhaustive search's state key. A dead writer's channel with
+    nothing in flight can change nothing any more: its logger's state is left out."""
+    if io.life.crashed and not io.queue:
+        return (io.writer, io.node)
+    link = lg.current_link
+    state, fail_fast, address = lg.state_snapshot()
+    if io.sim.rates.ping_fail >= 1.0:
+        fail_fast = True  # no ping is ever answered: failing fast or after a ping is one outcome
+    return (
+        io.writer,
+        io.node,
+        state,
+        fail_fast,
+        address,
+        io.gen,
+        link is not None and link.failed is not None,
+        tuple(m.summary for m in io.queue),
+    )
 
 
 class SimCondition:
@@ -372,19 +445,19 @@ class SimQuorumCall(QuorumCall[T]):
 class SimLoggerSet(LoggerSet):
     """``LoggerSet`` whose calls are ``SimQuorumCall``s; it also reports each epoch the writer wins."""
 
-    def __init__(self, loggers: Sequence[SimLogger], sim: Simulation, writer: int) -> None:
+    def __init__(self, loggers: Sequence[RemoteLogger], ios: Sequence[SimNodeIO], sim: Simulation, writer: int) -> None:
         super().__init__(loggers)
         self.sim = sim
         self.writer = writer
-        self.sim_loggers = list(loggers)
+        self.pairs = list(zip(loggers, ios, strict=True))
 
     def call(self, fn: Callable[[Logger], Future[T]]) -> QuorumCall[T]:
         futures: dict[str, Future[T]] = {}
         summaries: dict[str, str] = {}
-        for lg in self.sim_loggers:
-            before = len(lg.queue)
+        for lg, io in self.pairs:
+            before = io.sent
             futures[lg.name] = fn(lg)
-            summaries[lg.name] = lg.queue[-1].summary if len(lg.queue) > before else "(not sent)"
+            summaries[lg.name] = io.queue[-1].summary if io.sent > before and io.queue else "(held or not sent)"
         return SimQuorumCall(futures, self.sim, summaries)
 
     def set_epoch(self, epoch: int) -> None:
@@ -394,16 +467,23 @@ class SimLoggerSet(LoggerSet):
 
 
 class SimManager(QuorumJournalManager):
-    """The real ``QuorumJournalManager`` over simulated loggers.
+    """The real ``QuorumJournalManager`` over the real loggers on the simulated network.
 
     Client-side ``ProtocolBugs`` reach ``choose_recovery_source`` and ``in_sync_copy`` through the
     manager's ``_choose_source`` and ``_in_sync_copy`` seams; everything else is the inherited code.
     The simulation also learns the shape of each recovery (what the prepare replies held).
     """
 
-    def __init__(self, sim: Simulation, writer: int, loggers: Sequence[SimLogger], bugs: ProtocolBugs | None) -> None:
+    def __init__(
+        self,
+        sim: Simulation,
+        writer: int,
+        loggers: Sequence[RemoteLogger],
+        ios: Sequence[SimNodeIO],
+        bugs: ProtocolBugs | None,
+    ) -> None:
         super().__init__(sim.uri, config=sim.config, loggers=loggers, namespace=NS, epoch_hints=sim.epoch_hints)
-        self.loggers = SimLoggerSet(loggers, sim, writer)
+        self.loggers = SimLoggerSet(loggers, ios, sim, writer)
         self._bugs = bugs if bugs is not None and bugs.client_side else None
         self._sim = sim
 

@@ -9,10 +9,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from qjm.client.loggers import WriterLife
 from qjm.client.quorum import BatchCall
 from qjm.testing.sim.choice import WriterPlan, WriterRole
-from qjm.testing.sim.transport import SimCondition, SimLogger, SimManager
+from qjm.testing.sim.transport import SimCondition, SimLife, SimManager, logger_key, sim_logger
 
 if TYPE_CHECKING:
     from qjm.testing.sim.simulation import Simulation
@@ -65,9 +64,11 @@ class Task:
         self.segment_at = 0.0  # simulated time of the segment's first batch (its age for rolls)
         self.purged_below = 0  # the highest purge bound this writer sent
         self.inflight: deque[Batch] = deque()
-        self.life = WriterLife()
-        self.loggers = [SimLogger(sim, wid, i, self.life) for i in range(len(sim.nodes))]
-        self.qjm = SimManager(sim, wid, self.loggers, sim.bugs)
+        self.life = SimLife()
+        pairs = [sim_logger(sim, wid, i, self.life) for i in range(len(sim.nodes))]
+        self.loggers = [lg for lg, _ in pairs]
+        self.ios = [io for _, io in pairs]
+        self.qjm = SimManager(sim, wid, self.loggers, self.ios, sim.bugs)
         self.thread = threading.Thread(target=self._main, name=f"qjm-sim-w{wid}", daemon=True)
         self.thread.start()
 
@@ -92,6 +93,9 @@ class Task:
         if self.state == "new":
             return True
         return self.state == "waiting" and self.cond is not None and self.cond.notified and self.cond.owner.can_return()
+
+    def channel_keys(self) -> tuple[object, ...]:
+        return tuple(logger_key(lg, io) for lg, io in zip(self.loggers, self.ios, strict=True))
 
     def state_key(self) -> tuple[object, ...]:
         q = self.qjm
