@@ -70,8 +70,12 @@ typecheck:
 	$(PY) -m mypy
 	$(PY) -m mypy.stubtest --mypy-config-file pyproject.toml qjm._native.framing_c qjm._native.segment_io_c qjm._native.fanout_c
 
+# pytest on one worker per CPU (pytest-xdist): much of the suite waits on processes (nodes, JVMs) and
+# the long fault searches are parametrized in chunks that the workers share. loadgroup keeps each
+# Spark module on one worker, with its one session (tests/spark/conftest.py).
+XDIST ?= -n logical --dist loadgroup
 test-native:
-	QJM_REQUIRE_NATIVE=1 $(PYTEST) -q
+	QJM_REQUIRE_NATIVE=1 $(PYTEST) -q $(XDIST)
 
 # The unit tests and the data path on real nodes again, on the pure-Python twins: every test that
 # moves frames through framing, segment_io and fanout (write, read, fence, recover, refuse bad
@@ -81,7 +85,7 @@ PURE_INTEGRATION := $(addprefix tests/integration/,test_writer.py test_reader.py
 	test_recovery_in_sync.py test_server_faults.py test_client_transport.py test_bad_input.py \
 	test_lagging_node.py test_availability.py test_hardening.py test_node_bounds.py)
 test-py:
-	QJM_NO_EXTENSIONS=1 $(PYTEST) -q tests/unit $(PURE_INTEGRATION)
+	QJM_NO_EXTENSIONS=1 $(PYTEST) -q $(XDIST) tests/unit $(PURE_INTEGRATION)
 
 bench:
 	$(PY) -m qjm bench

@@ -161,17 +161,21 @@ def test_tailing_a_journal_no_node_has_is_a_clear_error(icluster: MiniJournalClu
 
 
 def test_a_slow_consumer_is_not_mistaken_for_a_silent_node(icluster: MiniJournalCluster) -> None:
-    """The follower reads nothing while its caller works on a frame: that is not the node's silence."""
+    """The follower reads nothing while its caller works on a frame: that is not the node's silence,
+    nor its stall (the heartbeats queued meanwhile are older than the commit the writer adds after)."""
     w = qjm.open_writer(icluster.uri, create=True)
     w.append(b"1")
     w.sync()
     q = QuorumJournalManager(icluster.uri)
-    follower = Follower(q, heartbeat=0.02, silence=0.1)
+    # silence is 20 heartbeats: a node stalled for less on a loaded machine (an xdist neighbour, the
+    # in-process nodes sharing this process) is not silent; the caller works for two silences, and
+    # for four stalls (1 s, the default).
+    follower = Follower(q, heartbeat=0.1, silence=2.0)
     got: list[tuple[bytes | bytearray, int, FrameHeader]] = []
     frames = follower.frames(lambda: 1 + len(got))
     got.append(next(frames))
     busy = threading.Event()
-    threading.Timer(0.5, busy.set).start()  # the caller works on it for five silences
+    threading.Timer(4.0, busy.set).start()  # the caller works on it for two silences
     busy.wait()
     w.append(b"2")
     w.sync()

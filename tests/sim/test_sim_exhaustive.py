@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import concurrent.futures as cf
-import multiprocessing as mp
-
 import pytest
 
-from qjm.testing.exhaustive import ExploreResult, World, double_failure_sweep, explore, small_worlds
+from qjm.testing.exhaustive import double_failure_sweep, explore, small_worlds
 
 pytestmark = pytest.mark.sim
 
@@ -23,18 +20,17 @@ def test_double_failure_sweep_loses_nothing_acknowledged() -> None:
     assert r.ok, "\n".join(f"faults {plan}: {res.violation}" for plan, res in r.violations[:5])
 
 
-def _explore(w: World) -> ExploreResult:
-    return explore(w, time_limit=240)
+WORLDS = {w.name: w for w in small_worlds()}
 
 
-# CPU-bound: about 150 s of two processes on an idle 2-core machine, twice that with both CPUs
-# busy elsewhere. The bound is on a hang; each world's own search limit is explore's time_limit.
+# CPU-bound, one parametrized case per world so that the suite's xdist workers share the worlds:
+# 20-40 s each on one CPU of an idle machine, twice that with both CPUs busy elsewhere. The bound
+# is on a hang; each world's own search limit is explore's time_limit.
 @pytest.mark.timeout(1200)
-def test_small_worlds_are_searched_completely_without_violations() -> None:
-    worlds = small_worlds()
-    with cf.ProcessPoolExecutor(2, mp_context=mp.get_context("spawn")) as pool:
-        results = list(pool.map(_explore, worlds))
-    for w, e in zip(worlds, results, strict=True):
-        assert e.ok, f"{w.name}: {e.violations[0][1].violation}\n" + "\n".join(e.violations[0][1].trace[-25:])
-        assert e.complete, f"{w.name}: the bounded search did not finish ({e.states} states, {e.seconds:.0f}s)"
-        assert e.states > 1000
+@pytest.mark.parametrize("name", list(WORLDS))
+def test_small_worlds_are_searched_completely_without_violations(name: str) -> None:
+    w = WORLDS[name]
+    e = explore(w, time_limit=240)
+    assert e.ok, f"{w.name}: {e.violations[0][1].violation}\n" + "\n".join(e.violations[0][1].trace[-25:])
+    assert e.complete, f"{w.name}: the bounded search did not finish ({e.states} states, {e.seconds:.0f}s)"
+    assert e.states > 1000

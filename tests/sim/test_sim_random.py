@@ -20,15 +20,30 @@ from qjm.testing.sim import Simulation, run_seed
 pytestmark = pytest.mark.sim
 
 SEEDS = 10_000
+# The seeds run as CHUNKS parametrized cases, so that the suite's xdist workers share the search;
+# together the cases cover range(SEEDS), and each chunk is held to the whole search's rates.
+CHUNKS = 4
+CHUNK = SEEDS // CHUNKS
+# Under xdist each worker already keeps a CPU busy: one process per chunk; run alone, every CPU.
+PROCESSES = 1 if os.environ.get("PYTEST_XDIST_WORKER") else (os.cpu_count() or 2)
 
 
-# CPU-bound on two processes: its time doubles when both CPUs are busy elsewhere; the bound is on a hang.
+def test_the_chunks_cover_every_seed_once() -> None:
+    assert sorted(s for c in range(CHUNKS) for s in _chunk(c)) == list(range(SEEDS))
+
+
+def _chunk(c: int) -> range:
+    return range(c * CHUNK, (c + 1) * CHUNK)
+
+
+# CPU-bound: its time doubles when both CPUs are busy elsewhere; the bound is on a hang.
 @pytest.mark.timeout(1200)
-def test_ten_thousand_random_seeds_hold_every_invariant() -> None:
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+def test_ten_thousand_random_seeds_hold_every_invariant(chunk: int) -> None:
     out = io.StringIO()
-    rep = run_faultsim(range(SEEDS), use_spark=False, processes=os.cpu_count() or 2, out=out)
+    rep = run_faultsim(_chunk(chunk), use_spark=False, processes=PROCESSES, out=out)
     failing = "\n".join(f"seed {s}: {v}" for s, v, _ in sorted(rep.failures)[:10])
-    assert rep.seeds == SEEDS
+    assert rep.seeds == CHUNK
     assert len(rep.failures) == 0, f"{len(rep.failures)} seeds violated an invariant:\n{failing}"
     # the seeds did exercise the faults and the protocol paths they are meant to
     st = rep.stats
@@ -36,14 +51,14 @@ def test_ten_thousand_random_seeds_hold_every_invariant() -> None:
                  "partitions", "fetch_fail", "group_commits", "fenced", "duplicated", "late", "reordered",
                  "gaps"):  # fmt: skip
         assert st[kind] > 0, kind
-    assert st["recoveries"] > 2 * SEEDS
-    assert st["acked_txids"] > SEEDS
+    assert st["recoveries"] > 2 * CHUNK
+    assert st["acked_txids"] > CHUNK
     # every recovery shape occurs, the rare ones too (the shapes profile)
     for shape in ("common", "partial", "unequal", "accepted"):
-        assert st[f"shape_{shape}"] > SEEDS // 100, shape
+        assert st[f"shape_{shape}"] > CHUNK // 100, shape
     assert st["node_alarms"] == 0  # an alarm fails its seed: none may be left unreported
     # the writers roll by themselves and purge (design §2.12)
-    assert st["auto_rolls"] > SEEDS // 10 and st["purges"] > SEEDS // 10
+    assert st["auto_rolls"] > CHUNK // 10 and st["purges"] > CHUNK // 10
 
 
 def test_a_seed_replays_to_the_same_trace() -> None:

@@ -1,6 +1,8 @@
 """One real SparkSession per test module (local[2], loopback only) and real JournalNodes.
 
 A module may set ``SPARK_MASTER`` (e.g. ``"local[2,2]"`` to let Spark retry a failed task once).
+Under xdist (``make test``) each module's tests form one group that runs on one worker, so that
+the module starts one session (a JVM) rather than one on every worker its tests would be spread over.
 """
 
 from __future__ import annotations
@@ -15,6 +17,15 @@ from typing import Any
 import pytest
 
 from qjm.testing.minicluster import MiniJournalCluster
+
+HERE = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Runs before xdist reads the groups (its hook is trylast); an explicit group is kept.
+    for it in items:
+        if it.get_closest_marker("xdist_group") is None and it.path.parent == HERE:
+            it.add_marker(pytest.mark.xdist_group(f"spark-{it.path.stem}"))
 
 
 def _session(master: str, tmp: Path) -> Any:

@@ -126,7 +126,9 @@ class Follower:
                             yield frames, pos, h
                         finally:
                             self._consuming = False
-                            self._heard_at = time.monotonic()
+                            # the caller's time is neither the node's silence nor its stall: the
+                            # heartbeats queued meanwhile carry the commit point of before
+                            self._heard_at = progress_at = time.monotonic()
                         pos += h.frame_len
                 elif now - progress_at > self.stall:
                     if self._others_ahead(node, max(committed, next_txid() - 1)):
