@@ -43,7 +43,7 @@ METHODS = {
     "get_journaled_edits": "GetJournaledEdits",
     "status": "Status",
 }
-"""Control operation → its method of the ``QJournal`` service."""
+"""Control operation → its method of the ``QJournal`` service (the simulator calls the servicer by it too)."""
 
 
 def error_from_rpc(node: str, e: grpc.RpcError, *, tls: bool | None = None) -> QJMError:

@@ -32,6 +32,7 @@ from qjm import errors
 from qjm._native import framing
 from qjm.client.channel import RemoteLogger
 from qjm.client.data_link import LinkFailed, PendingBatches
+from qjm.client.grpc_io import METHODS
 from qjm.client.loggers import CallHooks, Logger, LoggerSet, WriterLife
 from qjm.client.manager import QuorumJournalManager
 from qjm.client.node_state import CommitNotice
@@ -183,24 +184,8 @@ class SimServicer:
 
     def call(self, op: str, request: Any) -> Any:
         self.unexpected = None
-        method = getattr(self.servicer, _METHODS[op])
+        method = getattr(self.servicer, METHODS[op])
         return method(request, SimContext(self.sim.node_name(self.node)))
-
-
-_METHODS = {
-    "is_formatted": "IsFormatted",
-    "format": "Format",
-    "get_journal_state": "GetJournalState",
-    "new_epoch": "NewEpoch",
-    "start_log_segment": "StartLogSegment",
-    "finalize_log_segment": "FinalizeLogSegment",
-    "purge_logs": "PurgeLogs",
-    "prepare_recovery": "PrepareRecovery",
-    "accept_recovery": "AcceptRecovery",
-    "get_edit_log_manifest": "GetEditLogManifest",
-    "get_journaled_edits": "GetJournaledEdits",
-    "status": "Status",
-}
 
 
 class SimLink:
