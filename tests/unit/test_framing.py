@@ -317,6 +317,7 @@ def test_payload_checksum_checked_by_verify_not_by_decode_header(framing: Module
         (b"\x00\x00\x00\x00\x01\x00", 1),  # stray bytes
         (b"\x01\x00\x00\x00a\x00\x00\x00", 2),  # second prefix overruns
         (b"\x04\x00\x00\x00abcd", 2),  # 2 records claimed, 1 present
+        (b"\x0c\x00\x00\x00abcd\x00\x00\x00\x00efgh", 2),  # the first record spans the second's prefix
     ],
 )
 def test_bad_record_layout(framing: ModuleType, payload: bytes, count: int) -> None:
@@ -324,6 +325,12 @@ def test_bad_record_layout(framing: ModuleType, payload: bytes, count: int) -> N
     with pytest.raises(CorruptFrameError) as exc:
         framing.verify_frame(frame)
     expect_error(exc, "records", 0)
+    # pack_records checks the layout as it packs: the same error, whichever records it keeps
+    for skip in (0, 1, count + 1):
+        with pytest.raises(CorruptFrameError) as packed:
+            framing.pack_records(frame, 0, skip)
+        assert str(packed.value) == str(exc.value)
+        expect_error(packed, "records", 0)
 
 
 def test_short_header_and_payload_are_torn(framing: ModuleType) -> None:
@@ -495,6 +502,10 @@ def test_large_records(framing: ModuleType) -> None:
     frame = b.take(epoch=2, segment_txid=1, first_txid=1)
     assert frame == framing.encode_frame(recs, epoch=2, segment_txid=1, first_txid=1)
     assert framing.decode_records(frame) == recs
+    for skip in (0, 7, 40):
+        data, offsets = framing.pack_records(frame, 0, skip)
+        assert [data[offsets[i] : offsets[i + 1]] for i in range(len(offsets) - 1)] == recs[skip:]
+        assert len(data) == sum(map(len, recs[skip:]))
     seg = framing.encode_segment_header(1, 2) + frame + frame
     res = framing.scan(seg, 1)
     assert (res.frame_count, res.last_txid, res.tail) == (1, 40, "torn")

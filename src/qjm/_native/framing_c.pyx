@@ -141,19 +141,23 @@ cdef int _check_header(const unsigned char *p, Py_ssize_t size, Py_ssize_t off, 
     return E_OK
 
 
-cdef int _check_payload(const unsigned char *p, Py_ssize_t size, Py_ssize_t off, fhdr *h) noexcept nogil:
-    # After _check_header passed: payload present, checksum, then the record layout.
+cdef int _check_sum(const unsigned char *p, Py_ssize_t size, Py_ssize_t off, fhdr *h) noexcept nogil:
+    # After _check_header passed: the payload is there and matches its checksum.
     cdef Py_ssize_t start = off + HDR
-    cdef Py_ssize_t end = h.payload_len
-    cdef Py_ssize_t pos = 0
-    cdef const unsigned char *pl = p + start
-    cdef uint32_t left = h.record_count
-    cdef uint32_t n = 0
-    if size - start < end:
+    if size - start < <Py_ssize_t>h.payload_len:
         h.have = size - start
         return E_SHORT_PAYLOAD
-    if XXH3_64bits(pl, <size_t>end) != h.payload_xxh3:
+    if XXH3_64bits(p + start, <size_t>h.payload_len) != h.payload_xxh3:
         return E_PAYLOAD_CHECKSUM
+    return E_OK
+
+
+cdef int _check_layout(const unsigned char *pl, fhdr *h) noexcept nogil:
+    # After _check_sum passed: record_count length-prefixed records fill the payload exactly.
+    cdef Py_ssize_t end = h.payload_len
+    cdef Py_ssize_t pos = 0
+    cdef uint32_t left = h.record_count
+    cdef uint32_t n = 0
     while left:
         left -= 1
         if end - pos < PREFIX:
@@ -167,6 +171,48 @@ cdef int _check_payload(const unsigned char *p, Py_ssize_t size, Py_ssize_t off,
     if pos != end:
         h.n = <uint64_t>(end - pos)
         return E_REC_STRAY
+    return E_OK
+
+
+cdef int _check_payload(const unsigned char *p, Py_ssize_t size, Py_ssize_t off, fhdr *h) noexcept nogil:
+    cdef int rc = _check_sum(p, size, off, h)
+    if rc != E_OK:
+        return rc
+    return _check_layout(p + off + HDR, h)
+
+
+cdef int _pack_layout(const unsigned char *pl, fhdr *h, Py_ssize_t skip, int64_t *offs,
+                      char *dst, Py_ssize_t room, Py_ssize_t *total) noexcept nogil:
+    # _check_layout and the packing in one walk: record i >= skip is copied to dst and its end
+    # written to offs[i - skip + 1]. room (payload_len - PREFIX * record_count) is what the
+    # records of a valid layout hold; a record that would pass it means the layout is bad, and
+    # _check_layout then names the error exactly as verify_frame would.
+    cdef Py_ssize_t end = h.payload_len
+    cdef Py_ssize_t pos = 0
+    cdef Py_ssize_t got = 0
+    cdef Py_ssize_t i
+    cdef uint32_t n = 0
+    cdef int rc
+    for i in range(h.record_count):
+        if end - pos < PREFIX:
+            return E_REC_PREFIX
+        memcpy(&n, pl + pos, PREFIX)
+        pos += PREFIX
+        if n > end - pos:
+            h.n = n
+            return E_REC_LENGTH
+        if i >= skip:
+            if n > room - got:
+                rc = _check_layout(pl, h)
+                return rc if rc != E_OK else -1  # cannot pass: -1 is reported as a bug, not packed
+            memcpy(dst + got, pl + pos, n)
+            got += n
+            offs[i - skip + 1] = got
+        pos += n
+    if pos != end:
+        h.n = <uint64_t>(end - pos)
+        return E_REC_STRAY
+    total[0] = got
     return E_OK
 
 
@@ -803,53 +849,58 @@ def pack_records(buf, Py_ssize_t offset=0, Py_ssize_t skip=0):
     """The records of the verified frame at ``offset`` from the ``skip``-th on, back to back:
     ``(data, offsets)``, record i being ``data[offsets[i]:offsets[i + 1]]`` (``offsets``: an
     ``array('q')`` of n + 1 entries, the layout of an Arrow large-binary array)."""
+    # One walk over the records checks the layout and packs them (verify_frame's checks, in its
+    # order, so the same frame gives the same error); the checksum pass before it is the only other.
     cdef Py_buffer v
     cdef Py_buffer ov
     cdef fhdr h
     cdef const unsigned char *p
-    cdef const unsigned char *q
-    cdef uint32_t n = 0
-    cdef Py_ssize_t i
-    cdef Py_ssize_t total = 0
+    cdef int rc
     cdef Py_ssize_t kept
-    cdef int64_t *offs
-    cdef char *dst
+    cdef Py_ssize_t room
+    cdef Py_ssize_t total = 0
+    cdef bint big
     cdef bytes data
+    cdef char *dst
+    cdef int64_t *offs
     _check_offset(offset)
     if skip < 0:
         raise ValueError(f"skip must be >= 0, got {skip}")
     PyObject_GetBuffer(buf, &v, PyBUF_SIMPLE)
     try:
         p = <const unsigned char *>v.buf
-        _verify(p, v.len, offset, &h, True)
-        p += offset + HDR
+        rc = _check_header(p, v.len, offset, &h)
+        if rc == E_OK:
+            big = h.payload_len >= NOGIL_MIN
+            if big:
+                with nogil:
+                    rc = _check_sum(p, v.len, offset, &h)
+            else:
+                rc = _check_sum(p, v.len, offset, &h)
+        if rc != E_OK:
+            raise _frame_error(rc, &h, offset)
         kept = h.record_count - skip if skip < h.record_count else 0
+        room = <Py_ssize_t>h.payload_len - <Py_ssize_t>h.record_count * PREFIX
         offsets = _array("q", _ZERO_OFFSET) * (kept + 1)
+        data = PyBytes_FromStringAndSize(NULL, room)
+        dst = PyBytes_AS_STRING(data)
         PyObject_GetBuffer(offsets, &ov, PyBUF_WRITABLE)
         try:
             offs = <int64_t *>ov.buf
-            # the sizes first, so that the data is one allocation written once
-            q = p
-            for i in range(h.record_count):
-                memcpy(&n, q, PREFIX)
-                q += PREFIX
-                if i >= skip:
-                    total += n
-                    offs[i - skip + 1] = total
-                q += n
+            # data and offsets are this call's alone until it returns: no other thread sees them
+            if big:
+                with nogil:
+                    rc = _pack_layout(p + offset + HDR, &h, skip, offs, dst, room, &total)
+            else:
+                rc = _pack_layout(p + offset + HDR, &h, skip, offs, dst, room, &total)
         finally:
             PyBuffer_Release(&ov)
-        data = PyBytes_FromStringAndSize(NULL, total)
-        dst = PyBytes_AS_STRING(data)
-        for i in range(h.record_count):
-            memcpy(&n, p, PREFIX)
-            p += PREFIX
-            if i >= skip:
-                memcpy(dst, p, n)
-                dst += n
-            p += n
+        if rc != E_OK:
+            raise _frame_error(rc, &h, offset)
     finally:
         PyBuffer_Release(&v)
+    if total != room:  # records skipped
+        data = data[:total]
     return data, offsets
 
 

@@ -283,25 +283,37 @@ def _decode_header(mv: memoryview, pos: int, offset: int) -> FrameHeader:
     )
 
 
+def _prefix_overrun(offset: int) -> CorruptFrameError:
+    return CorruptFrameError(
+        f"record prefix overruns the payload in frame at {offset}", reason="records", offset=offset
+    )
+
+
+def _length_overrun(n: int, offset: int) -> CorruptFrameError:
+    return CorruptFrameError(
+        f"record length {n} overruns the payload in frame at {offset}", reason="records", offset=offset
+    )
+
+
+def _stray_bytes(k: int, offset: int) -> CorruptFrameError:
+    return CorruptFrameError(
+        f"{k} stray bytes after the last record in frame at {offset}", reason="records", offset=offset
+    )
+
+
 def _check_records(payload: memoryview, count: int, offset: int) -> None:
     pos = 0
     end = len(payload)
     for _ in range(count):
         if end - pos < RECORD_PREFIX_SIZE:
-            raise CorruptFrameError(
-                f"record prefix overruns the payload in frame at {offset}", reason="records", offset=offset
-            )
+            raise _prefix_overrun(offset)
         (n,) = RECORD_PREFIX.unpack_from(payload, pos)
         pos += RECORD_PREFIX_SIZE
         if n > end - pos:
-            raise CorruptFrameError(
-                f"record length {n} overruns the payload in frame at {offset}", reason="records", offset=offset
-            )
+            raise _length_overrun(n, offset)
         pos += n
     if pos != end:
-        raise CorruptFrameError(
-            f"{end - pos} stray bytes after the last record in frame at {offset}", reason="records", offset=offset
-        )
+        raise _stray_bytes(end - pos, offset)
 
 
 def verify_frame(buf: Buffer, offset: int = 0) -> FrameHeader:
@@ -312,6 +324,13 @@ def verify_frame(buf: Buffer, offset: int = 0) -> FrameHeader:
 
 def _verify_frame(mv: memoryview, pos: int, offset: int) -> FrameHeader:
     """``verify_frame`` at ``pos`` of ``mv``, naming ``offset`` (the file offset) in its errors."""
+    h, payload = _checked_payload(mv, pos, offset)
+    _check_records(payload, h.record_count, offset)
+    return h
+
+
+def _checked_payload(mv: memoryview, pos: int, offset: int) -> tuple[FrameHeader, memoryview]:
+    """The header and payload of the frame at ``pos``, both checked but not the record layout."""
     h = _decode_header(mv, pos, offset)
     start = pos + FRAME_HEADER_SIZE
     if len(mv) - start < h.payload_len:
@@ -325,8 +344,7 @@ def _verify_frame(mv: memoryview, pos: int, offset: int) -> FrameHeader:
         raise CorruptFrameError(
             f"frame payload checksum mismatch at offset {offset}", reason="payload_checksum", offset=offset
         )
-    _check_records(payload, h.record_count, offset)
-    return h
+    return h, payload
 
 
 def decode_records(buf: Buffer, offset: int = 0) -> list[bytes]:
@@ -347,22 +365,30 @@ def pack_records(buf: Buffer, offset: int = 0, skip: int = 0) -> tuple[bytes, ar
     """The records of the verified frame at ``offset`` from the ``skip``-th on, back to back:
     ``(data, offsets)``, record i being ``data[offsets[i]:offsets[i + 1]]`` (``offsets``: an
     ``array('q')`` of n + 1 entries, the layout of an Arrow large-binary array)."""
-    h = verify_frame(buf, offset)
+    _check_offset(offset)
     if skip < 0:
         raise ValueError(f"skip must be >= 0, got {skip}")
-    mv = memoryview(buf)
-    pos = offset + FRAME_HEADER_SIZE
+    h, payload = _checked_payload(memoryview(buf), offset, offset)
+    # the layout check of verify_frame and the packing in one walk, with its errors in its order
     parts: list[memoryview] = []
     offsets = array("q", [0])
     total = 0
+    pos = 0
+    end = len(payload)
     for i in range(h.record_count):
-        (n,) = RECORD_PREFIX.unpack_from(mv, pos)
+        if end - pos < RECORD_PREFIX_SIZE:
+            raise _prefix_overrun(offset)
+        (n,) = RECORD_PREFIX.unpack_from(payload, pos)
         pos += RECORD_PREFIX_SIZE
+        if n > end - pos:
+            raise _length_overrun(n, offset)
         if i >= skip:
-            parts.append(mv[pos : pos + n])
+            parts.append(payload[pos : pos + n])
             total += n
             offsets.append(total)
         pos += n
+    if pos != end:
+        raise _stray_bytes(end - pos, offset)
     return b"".join(parts), offsets
 
 
