@@ -216,6 +216,15 @@ cdef int _pack_layout(const unsigned char *pl, fhdr *h, Py_ssize_t skip, int64_t
     return E_OK
 
 
+cdef int _pack_payload(const unsigned char *p, Py_ssize_t size, Py_ssize_t off, fhdr *h, Py_ssize_t skip,
+                       int64_t *offs, char *dst, Py_ssize_t room, Py_ssize_t *total) noexcept nogil:
+    # _check_payload that packs the records as it checks their layout (_pack_layout)
+    cdef int rc = _check_sum(p, size, off, h)
+    if rc != E_OK:
+        return rc
+    return _pack_layout(p + off + HDR, h, skip, offs, dst, room, total)
+
+
 cdef inline bint _all_zero(const unsigned char *p, Py_ssize_t n) noexcept nogil:
     return n == 0 or (p[0] == 0 and memcmp(p, p + 1, <size_t>(n - 1)) == 0)
 
@@ -859,7 +868,6 @@ def pack_records(buf, Py_ssize_t offset=0, Py_ssize_t skip=0):
     cdef Py_ssize_t kept
     cdef Py_ssize_t room
     cdef Py_ssize_t total = 0
-    cdef bint big
     cdef bytes data
     cdef char *dst
     cdef int64_t *offs
@@ -870,13 +878,8 @@ def pack_records(buf, Py_ssize_t offset=0, Py_ssize_t skip=0):
     try:
         p = <const unsigned char *>v.buf
         rc = _check_header(p, v.len, offset, &h)
-        if rc == E_OK:
-            big = h.payload_len >= NOGIL_MIN
-            if big:
-                with nogil:
-                    rc = _check_sum(p, v.len, offset, &h)
-            else:
-                rc = _check_sum(p, v.len, offset, &h)
+        if rc == E_OK and v.len - (offset + HDR) < <Py_ssize_t>h.payload_len:
+            rc = _check_sum(p, v.len, offset, &h)  # a short payload, before allocating for it
         if rc != E_OK:
             raise _frame_error(rc, &h, offset)
         kept = h.record_count - skip if skip < h.record_count else 0
@@ -887,12 +890,13 @@ def pack_records(buf, Py_ssize_t offset=0, Py_ssize_t skip=0):
         PyObject_GetBuffer(offsets, &ov, PyBUF_WRITABLE)
         try:
             offs = <int64_t *>ov.buf
-            # data and offsets are this call's alone until it returns: no other thread sees them
-            if big:
+            # data and offsets are this call's alone until it returns, so no other thread sees
+            # them; one GIL release for the checksum and the walk, as verify_frame's one
+            if h.payload_len >= NOGIL_MIN:
                 with nogil:
-                    rc = _pack_layout(p + offset + HDR, &h, skip, offs, dst, room, &total)
+                    rc = _pack_payload(p, v.len, offset, &h, skip, offs, dst, room, &total)
             else:
-                rc = _pack_layout(p + offset + HDR, &h, skip, offs, dst, room, &total)
+                rc = _pack_payload(p, v.len, offset, &h, skip, offs, dst, room, &total)
         finally:
             PyBuffer_Release(&ov)
         if rc != E_OK:
