@@ -344,6 +344,9 @@ def test_short_header_and_payload_are_torn(framing: ModuleType) -> None:
     with pytest.raises(TornTailError) as exc:
         framing.verify_frame(frame[:-1])
     expect_error(exc, "short_payload", 0)
+    with pytest.raises(TornTailError) as exc:
+        framing.pack_records(frame[:-1])
+    expect_error(exc, "short_payload", 0)
     assert framing.decode_header(frame[:64]).payload_len == 10
 
 
