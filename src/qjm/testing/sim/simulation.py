@@ -380,8 +380,11 @@ class Simulation:
                 io.queue.pop()
             for m in dropped:
                 self.note(f"w{task.wid} -> {io.name} {m.summary}: never sent (the writer died)")
+                crashed = WriterCrashedError(f"w{task.wid} died before sending {m.op}")
                 if m.fut is not None and not m.fut.done():
-                    m.fut.set_exception(WriterCrashedError(f"w{task.wid} died before sending {m.op}"))
+                    m.fut.set_exception(crashed)
+                elif m.link is not None:
+                    m.link.fail(crashed)  # a quiet link: its batches left unsent fail with it
 
     # -- sending and delivering ----------------------------------------------------------------
 
