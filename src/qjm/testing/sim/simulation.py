@@ -383,7 +383,7 @@ class Simulation:
                 crashed = WriterCrashedError(f"w{task.wid} died before sending {m.op}")
                 if m.fut is not None and not m.fut.done():
                     m.fut.set_exception(crashed)
-                elif m.link is not None:
+                elif m.fut is None and m.link is not None:
                     m.link.fail(crashed)  # a quiet link: its batches left unsent fail with it
 
     # -- sending and delivering ----------------------------------------------------------------

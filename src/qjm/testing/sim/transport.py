@@ -485,7 +485,9 @@ class SimLinkBatch(LinkBatch):
     to the scheduler (``SimNews``), and the stop conditions are noted so the scheduler wakes the
     writer when one holds."""
 
-    def __init__(self, sim: Simulation, last_txid: int, deliveries: Mapping[str, Delivery], summaries: dict[str, str]):
+    def __init__(
+        self, sim: Simulation, last_txid: int, deliveries: Mapping[str, Delivery], summaries: dict[str, str]
+    ) -> None:
         news = SimNews(sim)
         super().__init__(news, last_txid, deliveries, clock=sim.clock)
         news.cond = SimCondition(sim, self, on_news=True)
