@@ -68,7 +68,8 @@ UNREACHED: dict[str, str] = {
     "is read, so the check only sees a writer's own late or repeated calls; those are idempotent at the "
     "node (retries rely on it) or refused by the segment rules, and at worst close the node's open "
     "segment, which costs availability and no acknowledged txid. 0 hits in 20,000 seeds with duplicated "
-    "and late control requests, on both data paths",
+    "and late control requests, on both data paths, though the switch changes executions there (55,980 "
+    "txids acknowledged against 56,033 without it)",
     "skip_committed_loss_check": "a committed txid is on a quorum, so on a prepare responder whose copy "
     "the recovery choice ranks first, and the client refuses a decision below a committed txid any "
     "responder reports (check_no_committed_loss): the correct client never sends such an accept. "
