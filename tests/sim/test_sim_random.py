@@ -59,6 +59,8 @@ def test_ten_thousand_random_seeds_hold_every_invariant(chunk: int) -> None:
     assert st["node_alarms"] == 0  # an alarm fails its seed: none may be left unreported
     # the writers roll by themselves and purge (design §2.12)
     assert st["auto_rolls"] > CHUNK // 10 and st["purges"] > CHUNK // 10
+    # half the seeds count their batches with LinkBatch over quiet links, as a native build does
+    assert st["link_batches"] > CHUNK // 4
 
 
 def test_a_seed_replays_to_the_same_trace() -> None:
@@ -67,6 +69,21 @@ def test_a_seed_replays_to_the_same_trace() -> None:
         b = run_seed(seed, keep_trace=True)
         assert a.trace == b.trace and a.stats == b.stats
         assert len(a.trace) > 10
+
+
+def test_quiet_seeds_count_their_batches_with_link_batch() -> None:
+    """Seeds 0-1, 4-5, ... run the native build's data path (RemoteLogger.deliver_batch counted by
+    LinkBatch from the links' acks), the others a future per batch; both acknowledge txids."""
+    quiet = loud = 0
+    for seed in range(40):
+        r = run_seed(seed)
+        assert r.ok, r.violation
+        if seed // 2 % 2 == 0:
+            quiet += r.stats["link_batches"]
+        else:
+            assert r.stats["link_batches"] == 0
+            loud += r.stats["acked_txids"]
+    assert quiet > 20 and loud > 20
 
 
 def test_trace_names_node_operation_and_outcome() -> None:

@@ -23,7 +23,6 @@ from typing import Any, TypeVar
 
 from qjm.addresses import reachable_at
 from qjm.client.data_link import DataLink, encode_commit
-from qjm.client.fanout_link import shared_engine
 from qjm.client.grpc_io import GrpcNodeIO
 from qjm.client.link_batch import Delivery
 from qjm.client.loggers import CallHooks, WriterLife
@@ -85,8 +84,8 @@ class RemoteLogger(NodeStateView[Ticket]):
         self._name = self._io.name
         self._bugs = bugs  # test-only transport switches (qjm.testing.bugs); None is the correct client
         # Batches counted by the waiting thread over quiet native links (qjm.client.link_batch), not
-        # by a future per batch; fault hooks need the futures' per-batch callbacks.
-        self.native_acks = self._io.quiet_links and type(self.hooks) is CallHooks
+        # by a future per batch; hooks that act after each acknowledged batch need its future.
+        self.native_acks = self._io.quiet_links and type(self.hooks).after is CallHooks.after
         self._lock = threading.Lock()  # guards _state and _link
         self._state: NodeState[Ticket] = NodeState(self._name, journal_id, self.config.queued_edits_limit_bytes)
         self._started = threading.Condition(self._lock)  # a pending start ended
@@ -284,7 +283,7 @@ class RemoteLogger(NodeStateView[Ticket]):
                 link.close()  # dropped while it started: it sits this segment out
                 return
             if backlog and self.native_acks:
-                self._wake_counters()
+                self._io.wake_counters()
 
         fut = self._call("start_log_segment", go, what=f"start_log_segment({txid})")
         fut.add_done_callback(partial(self._start_ended, txid))
@@ -317,12 +316,7 @@ class RemoteLogger(NodeStateView[Ticket]):
             elif not h.ticket.done():
                 h.ticket.set_exception(e)
         if held and self.native_acks:
-            self._wake_counters()
-
-    @staticmethod
-    def _wake_counters() -> None:
-        """Deliveries changed outside the engine: threads counting a batch's quorum look again."""
-        shared_engine().fanout.notify()
+            self._io.wake_counters()
 
     def finalize_log_segment(self, start: int, end: int, copy_epoch: int = 0) -> Future[None]:
         t = self.config.timeouts.finalize_segment
@@ -520,7 +514,11 @@ class RemoteLogger(NodeStateView[Ticket]):
         """
         try:
             self.life.check()
-        except WriterCrashedError as e:
+            self.hooks.before(self._name, "journal")
+        except QJMError as e:
+            if not isinstance(e, WriterCrashedError):
+                with self._lock:
+                    self._state.lose_sync(e)
             return Delivery(error=e)
         with self._lock:
             link = self._link

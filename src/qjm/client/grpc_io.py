@@ -15,7 +15,7 @@ from qjm import errors
 from qjm._native import backend_of
 from qjm.client import shared
 from qjm.client.data_link import DataLink, LinkFailed
-from qjm.client.fanout_link import FanoutLink
+from qjm.client.fanout_link import FanoutLink, shared_engine
 from qjm.client.node_io import NoReply
 from qjm.client.threaded_link import ThreadedLink
 from qjm.config import QJMConfig
@@ -171,6 +171,10 @@ class GrpcNodeIO:
             return ThreadedLink(self.name, data_address, self.journal_id, c.timeouts.connect, on_fail, tls=c.tls)
         except OSError as e:
             raise NodeUnavailableError(f"{self.name}: cannot reach the data plane at {data_address}: {e}") from e
+
+    def wake_counters(self) -> None:
+        if self.quiet_links:
+            shared_engine().fanout.notify()
 
     def read_segment(self, journal_id: str, segment: int) -> Iterator[bytes]:
         req = pb.SegmentRequest(journal_id=journal_id, segment_txid=segment)

@@ -34,7 +34,9 @@ class CallHooks:
     ``before`` may raise to fail a call before anything is sent. ``replied`` runs as each attempt
     of a control call gets its reply; raising ``NodeUnavailableError`` there models a reply lost on
     the way (the node did the call). ``after`` runs once the node has answered; raising
-    ``WriterCrashedError`` there models a writer that dies right after that reply.
+    ``WriterCrashedError`` there models a writer that dies right after that reply. Hooks that
+    override ``after`` keep a future per batch (its callback runs ``after``); others let a native
+    build count batches over quiet links (``RemoteLogger.native_acks``).
     """
 
     def before(self, node: str, op: str) -> None:

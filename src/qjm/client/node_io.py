@@ -87,6 +87,11 @@ class NodeIO(Protocol):
         """A data link to the node for one segment; ``NodeUnavailableError`` if it cannot connect."""
         ...
 
+    def wake_counters(self) -> None:
+        """Batches held for a starting segment went out or failed outside the engine: threads
+        counting a batch's quorum over quiet links (``qjm.client.link_batch``) look again."""
+        ...
+
     def read_segment(self, journal_id: str, segment: int) -> Iterator[bytes]:
         """A segment's bytes, verified against the sender's length and checksum at the end."""
         ...

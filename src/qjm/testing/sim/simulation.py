@@ -94,6 +94,7 @@ class Simulation:
         planned: Mapping[tuple[int, int, int], str] | None = None,
         keep_trace: bool = True,
         check_durable_ack: bool = True,
+        quiet_links: bool | None = None,
     ) -> None:
         self.seed = seed
         self.max_steps = steps
@@ -111,6 +112,12 @@ class Simulation:
         # would; even seeds (and the exhaustive worlds): every writer asks the nodes first, as a
         # new process does. Both paths stay under the search without an extra random draw.
         self.epoch_hints = EpochHints(enabled=(seed or 0) % 2 == 1)
+        # Seeds 0-1, 4-5, ... (and the exhaustive worlds): quiet links, each batch counted by a
+        # LinkBatch from the links' acks, as on a native build; seeds 2-3, 6-7, ...: a future per
+        # batch and QuorumCall, as on a pure build (QJM_NO_EXTENSIONS). Both are shipped data paths,
+        # so each gets half the seeds, crossed with the epoch hints above, with no random draw.
+        self.quiet_links = (seed or 0) // 2 % 2 == 0 if quiet_links is None else quiet_links
+        self.news = 0  # the quiet links' news counter (Fanout.news): bumped by every ack or failure
         self.uri = "qjournal://" + ";".join(f"n{i}:1" for i in range(self.workload.nodes)) + "/" + JOURNAL_ID
         self.nodes: list[Node] = []
         for i in range(self.workload.nodes):
@@ -130,6 +137,7 @@ class Simulation:
             "recoveries": 0, "fenced": 0, "group_commits": 0, "partitions": 0, "node_alarms": 0,
             "purges": 0, "auto_rolls": 0, "duplicated": 0, "late": 0, "reordered": 0, "gaps": 0,
             "shape_common": 0, "shape_partial": 0, "shape_unequal": 0, "shape_accepted": 0,
+            "link_batches": 0,
         }  # fmt: skip
         self._setup_rates(rates)
         self._plans: list[WriterPlan] = []
@@ -305,6 +313,14 @@ class Simulation:
         if task.kill:
             raise Killed
 
+    def on_news(self) -> None:
+        """A quiet link acked or failed, or a held batch went out or failed: as ``Fanout.notify``
+        wakes every thread in ``wait_news``, every writer counting a ``LinkBatch`` looks again."""
+        self.news += 1
+        for t in self.tasks:
+            if t.state == "waiting" and t.cond is not None and t.cond.on_news:
+                t.cond.notified = True
+
     def baton_back(self) -> None:
         self._back.release()
 
@@ -364,8 +380,11 @@ class Simulation:
                 io.queue.pop()
             for m in dropped:
                 self.note(f"w{task.wid} -> {io.name} {m.summary}: never sent (the writer died)")
+                crashed = WriterCrashedError(f"w{task.wid} died before sending {m.op}")
                 if m.fut is not None and not m.fut.done():
-                    m.fut.set_exception(WriterCrashedError(f"w{task.wid} died before sending {m.op}"))
+                    m.fut.set_exception(crashed)
+                elif m.fut is None and m.link is not None:
+                    m.link.fail(crashed)  # a quiet link: its batches left unsent fail with it
 
     # -- sending and delivering ----------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
 import grpc
 
@@ -33,10 +33,11 @@ from qjm._native import framing
 from qjm.client.channel import RemoteLogger
 from qjm.client.data_link import LinkFailed, PendingBatches
 from qjm.client.grpc_io import METHODS
+from qjm.client.link_batch import Delivery, LinkBatch
 from qjm.client.loggers import CallHooks, Logger, LoggerSet, WriterLife
 from qjm.client.manager import QuorumJournalManager
 from qjm.client.node_state import CommitNotice
-from qjm.client.quorum import QuorumCall
+from qjm.client.quorum import BatchCall, Outcome, QuorumCall, majority, tally
 from qjm.client.recovery import choose_recovery_source, in_sync_copy
 from qjm.config import NodeAddress
 from qjm.errors import InvariantViolation, OutOfSyncError, QJMError
@@ -56,11 +57,13 @@ __all__ = [
     "SimCondition",
     "SimLife",
     "SimLink",
+    "SimLinkBatch",
     "SimLoggerSet",
     "SimManager",
     "SimNodeIO",
     "SimQuorumCall",
     "SimServicer",
+    "SimWait",
     "short",
     "sim_logger",
 ]
@@ -192,12 +195,16 @@ class SimLink:
     """A segment's data link over the simulated channel: the ``DataLink`` protocol.
 
     Batches are queued as ``Msg``s behind the control calls sent before them; the node's replies
-    come back as ``wire`` bytes into ``PendingBatches``, as on ``ThreadedLink``."""
+    come back as ``wire`` bytes into ``PendingBatches``, as on ``ThreadedLink``. A quiet link
+    (``report_acks=False``, as the native engine's) takes ``send_untracked`` batches: the writer
+    reads their outcome from ``acked_txid`` and ``failed``, and every ack or failure bumps the
+    simulation's news counter, which wakes the writers counting a ``LinkBatch``."""
 
-    def __init__(self, io: SimNodeIO, on_fail: LinkFailed, gen: int) -> None:
+    def __init__(self, io: SimNodeIO, on_fail: LinkFailed, gen: int, *, quiet: bool = False) -> None:
         self.name = io.name
         self.io = io
         self.gen = gen
+        self.quiet = quiet
         self.failed: BaseException | None = None
         bugs = io.sim.bugs
         self.batches = PendingBatches(bugs if bugs is not None and bugs.fenced_refusal_counts_as_ack else None)
@@ -211,7 +218,14 @@ class SimLink:
         self.io.queue_batch(self, frame, last_txid, commit, fut)
 
     def send_untracked(self, frame: bytes, last_txid: int, commit: CommitNotice | None) -> None:
-        raise TypeError("SimLink tracks every batch with a future")
+        if not self.quiet:
+            raise TypeError("a link that reports acks takes batches with a future")
+        # Tracked here only for the link's own accounting (unacked bytes, the switch that counts a
+        # refusal as an ack); no one waits on this future.
+        with self.batches.lock:
+            if not self.batches.add(last_txid, Future(), len(frame)):
+                return
+        self.io.queue_batch(self, frame, last_txid, commit, None)
 
     def send_notice(self, notice: bytes) -> None:
         raise TypeError("the simulated writers send commit notices ahead of their batches only")
@@ -236,23 +250,27 @@ class SimLink:
             self.batches.take_replies(self._buf, self.name)
         except QJMError as e:
             self.fail(e)
+        self.io.sim.on_news()
 
     def fail(self, e: BaseException) -> None:
         if self.batches.fail(e):
             self.failed = e
             self._on_fail(self, e)
+            self.io.sim.on_news()
 
     def close(self) -> None:
         self.fail(OutOfSyncError(f"{self.name}: data link closed with batches pending"))
 
 
 class SimNodeIO:
-    """One (writer, node) channel of the simulated network: the ``NodeIO`` a ``RemoteLogger`` runs on."""
+    """One (writer, node) channel of the simulated network: the ``NodeIO`` a ``RemoteLogger`` runs on.
 
-    quiet_links = False
+    ``quiet_links`` is the simulation's: with it the logger counts batches as a native build
+    does (``LinkBatch``), without it with a future per batch as a pure build does."""
 
     def __init__(self, sim: Simulation, writer: int, node: int, life: SimLife) -> None:
         self.sim = sim
+        self.quiet_links = sim.quiet_links
         self.writer = writer
         self.node = node
         self.life = life
@@ -297,10 +315,13 @@ class SimNodeIO:
 
     def open_link(self, data_address: str, on_fail: LinkFailed, *, report_acks: bool) -> SimLink:
         self.gen += 1
-        return SimLink(self, on_fail, self.gen)
+        return SimLink(self, on_fail, self.gen, quiet=not report_acks)
+
+    def wake_counters(self) -> None:
+        self.sim.on_news()
 
     def queue_batch(
-        self, link: SimLink, frame: bytes, last_txid: int, commit: CommitNotice | None, fut: Future[int]
+        self, link: SimLink, frame: bytes, last_txid: int, commit: CommitNotice | None, fut: Future[int] | None
     ) -> None:
         h = framing.decode_header(frame)
         summary = (
@@ -360,16 +381,28 @@ def logger_key(lg: RemoteLogger, io: SimNodeIO) -> tuple[object, ...]:
     )
 
 
+class SimWait(Protocol):
+    """What the scheduler reads of the call a writer waits on (``SimQuorumCall``, ``SimLinkBatch``)."""
+
+    summaries: dict[str, str]
+
+    def can_return(self) -> bool: ...
+
+    def state_key(self) -> tuple[object, ...]: ...
+
+
 class SimCondition:
     """Stands in for a ``QuorumCall``'s ``threading.Condition``: ``wait`` yields to the scheduler.
 
     Only one thread runs at a time, so the lock is not needed; ``notify_all`` marks the call as
-    changed so the scheduler knows the waiting writer has something new to look at.
+    changed so the scheduler knows the waiting writer has something new to look at. ``on_news``:
+    the engine's news (any quiet link's ack or failure) notifies it, as ``Fanout.wait_news`` wakes.
     """
 
-    def __init__(self, sim: Simulation, owner: SimQuorumCall[Any]) -> None:
+    def __init__(self, sim: Simulation, owner: SimWait, *, on_news: bool = False) -> None:
         self.sim = sim
         self.owner = owner
+        self.on_news = on_news
         self.notified = False
 
     def __enter__(self) -> SimCondition:
@@ -427,6 +460,63 @@ class SimQuorumCall(QuorumCall[T]):
         return (tuple(sorted(self.summaries.items())), ok, bad)
 
 
+class SimNews:
+    """The engine's news counter (``NewsSource``) for one ``SimLinkBatch``: ``wait_news`` yields
+    to the scheduler until a quiet link's ack or failure, or a held batch's fate, is news."""
+
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+        self.cond: SimCondition | None = None
+
+    def news(self) -> int:
+        return self.sim.news
+
+    def wait_news(self, seen: int, timeout: float) -> bool:
+        if self.sim.news == seen:
+            assert self.cond is not None
+            self.sim.block_current(self.cond)
+        return True
+
+
+class SimLinkBatch(LinkBatch):
+    """A ``LinkBatch`` whose waits are scheduler steps and whose clock is the simulation's.
+
+    Nothing of ``LinkBatch``'s counting is overridden: its news source is one whose waits yield
+    to the scheduler (``SimNews``), and the stop conditions are noted so the scheduler wakes the
+    writer when one holds."""
+
+    def __init__(
+        self, sim: Simulation, last_txid: int, deliveries: Mapping[str, Delivery], summaries: dict[str, str]
+    ) -> None:
+        news = SimNews(sim)
+        super().__init__(news, last_txid, deliveries, clock=sim.clock)
+        news.cond = SimCondition(sim, self, on_news=True)
+        self.summaries = summaries
+        self.need = 0
+
+    def wait_for_write_quorum(self, timeout: float, op: str) -> dict[str, int]:
+        self.need = majority(self.node_count)
+        return super().wait_for_write_quorum(timeout, op)
+
+    def wait_for_all(self, timeout: float, op: str) -> dict[str, int]:
+        self.need = self.node_count
+        return super().wait_for_all(timeout, op)
+
+    def can_return(self) -> bool:
+        """Would the wait return (or raise) now? ``LinkBatch``'s stop conditions, from outside."""
+        if self.need == 0:
+            return True
+        ok, lost = self.outcome()
+        if any(isinstance(e, InvariantViolation) for e in lost.values()):
+            return True
+        return tally(self.node_count, self.need, len(ok), len(lost)) is not Outcome.PENDING
+
+    def state_key(self) -> tuple[object, ...]:
+        ok, lost = self.outcome()
+        bad = tuple(sorted((n, type(e).__name__) for n, e in lost.items()))
+        return (tuple(sorted(self.summaries.items())), tuple(sorted(ok.items())), bad)
+
+
 class SimLoggerSet(LoggerSet):
     """``LoggerSet`` whose calls are ``SimQuorumCall``s; it also reports each epoch the writer wins."""
 
@@ -444,6 +534,22 @@ class SimLoggerSet(LoggerSet):
             futures[lg.name] = fn(lg)
             summaries[lg.name] = io.queue[-1].summary if io.sent > before and io.queue else "(held or not sent)"
         return SimQuorumCall(futures, self.sim, summaries)
+
+    def send_batch(self, frame: bytes, first_txid: int, last_txid: int) -> BatchCall:
+        """As ``RemoteLoggerSet.send_batch``: when every logger counts natively (quiet links), the
+        batch goes out through ``RemoteLogger.deliver_batch`` and is counted by a ``LinkBatch``;
+        otherwise each node answers with a future. (Pacing is left out: the simulated links never
+        fill.)"""
+        if not all(lg.native_acks for lg, _ in self.pairs):
+            return super().send_batch(frame, first_txid, last_txid)
+        deliveries: dict[str, Delivery] = {}
+        summaries: dict[str, str] = {}
+        for lg, io in self.pairs:
+            before = io.sent
+            deliveries[lg.name] = lg.deliver_batch(frame, first_txid, last_txid)
+            summaries[lg.name] = io.queue[-1].summary if io.sent > before and io.queue else "(held or not sent)"
+        self.sim.stats["link_batches"] += 1
+        return SimLinkBatch(self.sim, last_txid, deliveries, summaries)
 
     def set_epoch(self, epoch: int) -> None:
         super().set_epoch(epoch)
