@@ -79,7 +79,12 @@ def test_options_are_checked(spark: Any, uri: str) -> None:
     assert "option 'serializer'" in bad(WriteOptions.parse, uri=uri, serializer="xml")
     assert "option 'segmentRecords'" in bad(WriteOptions.parse, uri=uri, segmentRecords="0")
     assert "unknown option 'starttxid'" in bad(WriteOptions.parse, uri=uri, startTxid="1")
-    assert "option 'majorityLossTimeout' must be > 0" in bad(ReadOptions.parse, uri=uri, majorityLossTimeout="0")
+    assert "option 'majorityLossTimeout' must be a finite number > 0" in bad(
+        ReadOptions.parse, uri=uri, majorityLossTimeout="0"
+    )
+    for raw in ("nan", "inf"):  # float() takes them; a timeout cannot be either
+        assert "must be a finite number > 0" in bad(ReadOptions.parse, uri=uri, majorityLossTimeout=raw)
+        assert "must be a finite number > 0" in bad(ReadOptions.parse, uri=uri, readTimeout=raw)
     o = ReadOptions.parse({"PATH": uri, "STARTTXID": "latest", "qjm.reconnect_timeout": "0.5"})
     assert (o.uri, o.start_latest, o.config.timeouts.reconnect) == (uri, True, 0.5)
     assert o.majority_loss_timeout is None and o.partition_wait == 120.0  # unset: a read waits for its majority

@@ -30,6 +30,13 @@ _RETRY_MAX = 0.5
 _MAX_DOUBLINGS = 6  # 0.01 * 2**6 > _RETRY_MAX
 
 
+def retry_delay(rounds: int) -> float:
+    """The wait after ``rounds`` more failures than nodes: doubling from ``_RETRY_FIRST`` up to
+    ``_RETRY_MAX``. The exponent is capped, since an outage of any length may reach it and
+    ``2**n`` past about 1,000 overflows a float."""
+    return min(_RETRY_FIRST * float(2 ** min(rounds, _MAX_DOUBLINGS)), _RETRY_MAX)
+
+
 class Follower:
     """Frames of committed records pushed by the nodes, one node at a time. One ``frames`` per
     follower; ``close`` may be called from any thread (it ends a ``frames`` in progress)."""
@@ -92,8 +99,7 @@ class Follower:
                 self.failovers += 1
                 self._turn = (self._turn + 1) % len(self.nodes)
                 if failed_in_a_row >= len(self.nodes):
-                    doublings = min(failed_in_a_row - len(self.nodes), _MAX_DOUBLINGS)  # 2**n overflows a float
-                    self._closed.wait(min(_RETRY_FIRST * 2**doublings, _RETRY_MAX))
+                    self._closed.wait(retry_delay(failed_in_a_row - len(self.nodes)))
         finally:
             self.close()
 

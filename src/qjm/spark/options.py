@@ -8,6 +8,7 @@ instead of a task. Unknown options are refused too: a typo must not silently cha
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,8 +71,8 @@ def _float(opts: Mapping[str, str], key: str, name: str, default: float) -> floa
         value = float(raw)
     except ValueError:
         raise ConfigError(f"option {name!r} must be a number, got {raw!r}") from None
-    if value <= 0:
-        raise ConfigError(f"option {name!r} must be > 0, got {value}")
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"option {name!r} must be a finite number > 0, got {raw!r}")
     return value
 
 
