@@ -127,13 +127,15 @@ def test_a_follower_never_yields_what_only_a_minority_holds(cluster: MiniJournal
         w1.append(b"only-on-the-holder")
         with pytest.raises(QuorumError):
             w1.sync()
-        w1.abort()
 
         def holds_it() -> bool:
             st = follower_qjm.loggers.by_name(holder).get_journal_state().result(timeout=30)
             return isinstance(st, JournalState) and st.highest_written_txid == 11
 
+        # the failed writer still sends to the holder; aborting first could close the link before
+        # the batch went out (the threaded link sends from its own thread)
         eventually(holds_it, what="the holder writing txid 11")
+        w1.abort()
         heard = follower.messages
         eventually(lambda: follower.messages >= heard + 3, what="three more heartbeats from the holder")
         assert follower.current_node == holder
