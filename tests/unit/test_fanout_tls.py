@@ -11,6 +11,7 @@ import os
 import queue
 import socket
 import ssl
+import sys
 import threading
 from collections.abc import Iterator
 from types import ModuleType
@@ -146,6 +147,74 @@ def test_a_tls_link_delivers_every_frame_in_order_and_carries_the_acks(
     assert node.commits == [(1, t - 1) for t in range(1, 201) if t % 7 == 0]
     assert f.inflight(link) == (0, 0)
     f.remove(link)
+    sock.close()
+    assert node.outcome.get(timeout=WAIT) == "eof"
+    node.close()
+
+
+def test_a_burst_behind_a_full_socket_arrives_in_order_and_lets_go_of_every_batch(
+    pki: Pki, engine: ModuleType, receiver: ModuleType, loop: tuple[Any, Any]
+) -> None:
+    """A writer that pipelines faster than the socket drains: the batches sent while earlier
+    ciphertext still waits are queued as plaintext and encrypted as the socket drains (the native
+    loop's thread), commit notices between them; every byte arrives in order, and the link holds
+    no batch once the node has acknowledged it (the references come back, nothing leaks)."""
+    f, events = loop
+    node = Node(pki.nodes[0], receiver)
+    sock = socket.create_connection(("127.0.0.1", node.port), timeout=WAIT)
+    tls = engine.TlsClient(pki.clients["alice"].ca_file, pki.clients["alice"].cert_file, pki.clients["alice"].key_file)
+    link = f.add_link(sock, tls=tls, server_name="127.0.0.1", timeout=WAIT)
+    assert f.send(link, wire.encode_hello("j1")) == 0
+    assert node.outcome.get(timeout=WAIT) == "alice"
+    assert node.outcome.get(timeout=WAIT) == "j1"
+    sent = [frame(t, size=(1 << 20) + t) for t in range(1, 41)]  # 40 MiB: far past the socket buffers
+    base = [sys.getrefcount(fr) for fr in sent]
+    for t in range(1, 41):
+        assert f.send(link, sent[t - 1], t, wire.encode_commit(1, t - 1) if t % 3 == 0 else None) == 0
+    until_acked(events, link, 40)
+    assert node.frames == sent
+    assert node.commits == [(1, t - 1) for t in range(1, 41) if t % 3 == 0]
+    assert f.inflight(link) == (0, 0)
+    # A batch is let go once encrypted, which is before its ack is reported.
+    assert [sys.getrefcount(fr) for fr in sent] == base
+    f.remove(link)
+    sock.close()
+    assert node.outcome.get(timeout=WAIT) == "eof"
+    node.close()
+
+
+def test_frames_that_come_in_one_packet_with_the_handshake_are_read(pki: Pki, receiver: ModuleType) -> None:
+    """The writer's last handshake flight and its first frames in one send: the node's handshake
+    reads them together, and the frames read after it start with the bytes that came with it."""
+    node = Node(pki.nodes[0], receiver)
+    sock = socket.create_connection(("127.0.0.1", node.port), timeout=WAIT)
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = pki.clients["alice"].client_ssl_context().wrap_bio(incoming, outgoing, server_hostname="127.0.0.1")
+    while True:
+        try:
+            tls.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            sock.sendall(outgoing.read())
+            data = sock.recv(65536)
+            assert data, "the node hung up during the handshake"
+            incoming.write(data)
+    sent = [frame(t, size=100 * t) for t in range(1, 6)]
+    tls.write(wire.encode_hello("j1") + b"".join(sent))
+    sock.sendall(outgoing.read())  # the client's Finished and the frames, in one write
+    assert node.outcome.get(timeout=WAIT) == "alice"
+    assert node.outcome.get(timeout=WAIT) == "j1"
+    ack = wire.encode_ack(5)
+    got = b""
+    while not got.endswith(ack):  # one cumulative ack per run: the last one covers all five frames
+        data = sock.recv(65536)
+        assert data, "the node hung up"
+        incoming.write(data)
+        try:
+            got += tls.read(65536)
+        except ssl.SSLWantReadError:
+            continue
+    assert node.frames == sent
     sock.close()
     assert node.outcome.get(timeout=WAIT) == "eof"
     node.close()

@@ -98,7 +98,7 @@ cdef extern from "<pthread.h>" nogil:
 
 
 # TLS inside the native loop (OpenSSL's libssl): each link's SSL object reads and writes through
-# two memory BIOs, so the epoll loop keeps moving bytes with plain send/recv (design §9.4).
+# BIOs of qjm's own, so the epoll loop keeps moving bytes with plain send/recv (design §9.4).
 cdef extern from "<openssl/ssl.h>" nogil:
     ctypedef struct SSL_CTX:
         pass
@@ -135,6 +135,11 @@ cdef extern from "<openssl/ssl.h>" nogil:
     SSL *SSL_new(SSL_CTX *ctx)
     void SSL_free(SSL *ssl)
     void SSL_set_bio(SSL *ssl, BIO *rbio, BIO *wbio)
+    void SSL_set0_rbio(SSL *ssl, BIO *rbio)
+    void SSL_set0_wbio(SSL *ssl, BIO *wbio)
+    void SSL_CTX_set_read_ahead(SSL_CTX *ctx, int yes)
+    void SSL_CTX_set_default_read_buffer_len(SSL_CTX *ctx, size_t n)
+    int SSL_ERROR_SYSCALL
     BIO *SSL_get_rbio(const SSL *ssl)
     BIO *SSL_get_wbio(const SSL *ssl)
     void SSL_set_connect_state(SSL *ssl)
@@ -157,6 +162,20 @@ cdef extern from "<openssl/bio.h>" nogil:
     int BIO_read(BIO *b, void *buf, int n)
     size_t BIO_ctrl_pending(BIO *b)
     long BIO_get_mem_data(BIO *b, char **pp)
+    # A BIO of qjm's own (the ciphertext goes straight to or from the link's buffer or socket).
+    int BIO_TYPE_SOURCE_SINK, BIO_CTRL_FLUSH, BIO_CTRL_EOF
+    int BIO_get_new_index()
+    BIO_METHOD *BIO_meth_new(int kind, const char *name)
+    int BIO_meth_set_write(BIO_METHOD *m, int (*write)(BIO *, const char *, int) noexcept nogil)
+    int BIO_meth_set_read(BIO_METHOD *m, int (*read)(BIO *, char *, int) noexcept nogil)
+    int BIO_meth_set_ctrl(BIO_METHOD *m, long (*ctrl)(BIO *, int, long, void *) noexcept nogil)
+    int BIO_meth_set_create(BIO_METHOD *m, int (*create)(BIO *) noexcept nogil)
+    void BIO_set_data(BIO *b, void *data)
+    void *BIO_get_data(BIO *b)
+    void BIO_set_init(BIO *b, int init)
+    void BIO_set_retry_read(BIO *b)
+    void BIO_clear_retry_flags(BIO *b)
+    int BIO_up_ref(BIO *b)
 
 cdef extern from "<openssl/x509_vfy.h>" nogil:
     int X509_V_OK
@@ -215,7 +234,7 @@ ctypedef struct link_t:
     bint quiet                      # acks wake wait_news() waiters only; failures are still reported
     SSL *ssl                        # NULL: plaintext; else the TLS session, which owns the two BIOs
     BIO *rbio                       # ciphertext received, for SSL_read
-    BIO *wbio                       # ciphertext SSL_write produced, moved at once to cbuf
+    BIO *wbio                       # qjm's sink BIO: what SSL_write produces goes straight to cbuf
     unsigned char *cbuf             # ciphertext waiting to be sent: [chead, clen)
     Py_ssize_t chead, clen, ccap
 
@@ -250,8 +269,17 @@ cdef class TlsServer:
     cdef SSL_CTX *_ctx
 
 
+ctypedef struct rx_io_t:           # the Receiver's source BIO: SSL_read takes ciphertext from here
+    int fd
+    bint block                      # wait (SO_RCVTIMEO) for the first bytes, or take only what is there
+    int err                         # the errno of the last recv that failed (EAGAIN: nothing there)
+    bint eof                        # the peer hung up
+    BIO *rest                       # ciphertext that came with the handshake, read before the socket
+
+
 cdef class Receiver:
     cdef object _sock
+    cdef rx_io_t _io
     cdef SSL *_ssl                  # NULL: plaintext; else the session on the socket (after handshake())
     cdef int _fd
     cdef unsigned char *_buf

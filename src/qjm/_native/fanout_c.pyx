@@ -15,12 +15,13 @@
 # Receiver: the node's side, one blocking connection: splits the stream into frames and commit
 # notices without the GIL, hands them to Python in runs (one group commit per run), sends acks.
 #
-# TLS (design §9.4): a link added with a TlsClient runs its session inside this loop. The SSL object
-# reads and writes two memory BIOs: send() encrypts into the outgoing one (the caller's thread,
-# without the GIL for large frames), the loop sends that ciphertext and feeds what it receives to
-# SSL_read, so the loop's syscalls are those of plaintext and no Python runs per ack. A Receiver
-# whose handshake() ran with a TlsServer reads and acks through its session on the socket, still
-# without the GIL.
+# TLS (design §9.4): a link added with a TlsClient runs its session inside this loop. The handshake
+# runs over two memory BIOs; then the session writes through qjm's sink BIO: send() encrypts
+# straight into the link's ciphertext buffer (the caller's thread, without the GIL for large
+# frames), the loop sends that and feeds what it receives to SSL_read, so the loop's syscalls are
+# those of plaintext and no Python runs per ack. A Receiver whose handshake() ran with a TlsServer
+# reads through qjm's source BIO (SSL_read's read-ahead takes the socket's bytes directly) and acks
+# through its session, still without the GIL.
 #
 # Locking: each link has a pthread mutex. A thread never waits for the GIL while holding one, so a
 # holder of the GIL may block on a mutex.
@@ -180,47 +181,116 @@ cdef int _flush_tls(link_t *l) noexcept nogil:
     return 0
 
 
-cdef bint _take_cipher(link_t *l) noexcept nogil:
-    # Move what the session wrote from the outgoing BIO to cbuf (the BIO would move its whole
-    # backlog on every write after a partial read). cbuf is compacted only once the bytes sent
-    # from its front outnumber those left, and otherwise doubles: amortised O(1) per byte.
-    cdef Py_ssize_t n = <Py_ssize_t>BIO_ctrl_pending(l.wbio)
+cdef bint _cipher_room(link_t *l, Py_ssize_t n) noexcept nogil:
+    # Room for n more bytes of ciphertext at the end of cbuf. cbuf is compacted only once the bytes
+    # sent from its front outnumber those left, and otherwise doubles: amortised O(1) per byte.
     cdef Py_ssize_t live, cap
     cdef unsigned char *nb
-    cdef int k
-    if n == 0:
+    if l.clen + n <= l.ccap:
         return True
-    if l.clen + n > l.ccap:
-        live = l.clen - l.chead
-        if l.chead and l.chead >= live and live + n <= l.ccap:
-            memmove(l.cbuf, l.cbuf + l.chead, <size_t>live)
-            l.clen = live
-            l.chead = 0
-        else:
-            cap = l.ccap * 2 if l.ccap else 65536
-            while cap < l.clen + n:
-                cap *= 2
-            nb = <unsigned char *>realloc(l.cbuf, <size_t>cap)
-            if nb == NULL:
-                return False
-            l.cbuf = nb
-            l.ccap = cap
-    while n > 0:
-        k = BIO_read(l.wbio, l.cbuf + l.clen, <int>(n if n < (1 << 30) else (1 << 30)))
-        if k <= 0:
-            return False
-        l.clen += k
-        n -= k
+    live = l.clen - l.chead
+    if l.chead and l.chead >= live and live + n <= l.ccap:
+        memmove(l.cbuf, l.cbuf + l.chead, <size_t>live)
+        l.clen = live
+        l.chead = 0
+        return True
+    cap = l.ccap * 2 if l.ccap else 65536
+    while cap < l.clen + n:
+        cap *= 2
+    nb = <unsigned char *>realloc(l.cbuf, <size_t>cap)
+    if nb == NULL:
+        return False
+    l.cbuf = nb
+    l.ccap = cap
     return True
 
 
+# The session's BIOs once its handshake is done (design §9.4). A memory BIO would cost a copy more
+# per byte each way: SSL_write's records are copied into it and out again to the socket's buffer,
+# and SSL_read's ciphertext into it and out again to the session's. qjm's own BIOs skip that: the
+# sink appends a link's records to its cbuf, from which the loop sends them; the source lets the
+# node's SSL_read recv straight into the session's read-ahead buffer.
+cdef BIO_METHOD *_SINK = NULL
+cdef BIO_METHOD *_SOURCE = NULL
+
+
+cdef int _bio_create(BIO *b) noexcept nogil:
+    BIO_set_init(b, 1)
+    return 1
+
+
+cdef long _bio_ctrl(BIO *b, int cmd, long num, void *ptr) noexcept nogil:
+    return 1 if cmd == BIO_CTRL_FLUSH else 0
+
+
+cdef int _sink_write(BIO *b, const char *data, int n) noexcept nogil:
+    cdef link_t *l = <link_t *>BIO_get_data(b)
+    BIO_clear_retry_flags(b)
+    if n <= 0:
+        return 0
+    if not _cipher_room(l, n):
+        return -1
+    memcpy(l.cbuf + l.clen, data, <size_t>n)
+    l.clen += n
+    return n
+
+
+cdef long _source_ctrl(BIO *b, int cmd, long num, void *ptr) noexcept nogil:
+    # BIO_eof tells the session that a read of 0 was the peer hanging up (SSL_ERROR_ZERO_RETURN).
+    if cmd == BIO_CTRL_EOF:
+        return (<rx_io_t *>BIO_get_data(b)).eof
+    return 1 if cmd == BIO_CTRL_FLUSH else 0
+
+
+cdef int _source_read(BIO *b, char *out, int n) noexcept nogil:
+    # recv for SSL_read: blocking (up to SO_RCVTIMEO) while io.block, else only what is there;
+    # EAGAIN is "retry later" (SSL_ERROR_WANT_READ), any other error the session's end.
+    cdef rx_io_t *io = <rx_io_t *>BIO_get_data(b)
+    cdef ssize_t r
+    BIO_clear_retry_flags(b)
+    if io.rest != NULL:
+        if BIO_ctrl_pending(io.rest) > 0:
+            return BIO_read(io.rest, out, n)
+        BIO_free(io.rest)
+        io.rest = NULL
+    while True:
+        r = recv(io.fd, out, <size_t>n, 0 if io.block else MSG_DONTWAIT)
+        if r >= 0:
+            io.eof = r == 0
+            return <int>r
+        if errno != EINTR:
+            break
+    io.err = errno
+    if io.err == EAGAIN:
+        BIO_set_retry_read(b)
+    return -1
+
+
+cdef int _init_bio_methods() except -1:
+    global _SINK, _SOURCE
+    _SINK = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, b"qjm link ciphertext")
+    _SOURCE = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, b"qjm receiver socket")
+    if _SINK == NULL or _SOURCE == NULL:
+        raise MemoryError()
+    BIO_meth_set_create(_SINK, _bio_create)
+    BIO_meth_set_ctrl(_SINK, _bio_ctrl)
+    BIO_meth_set_write(_SINK, _sink_write)
+    BIO_meth_set_create(_SOURCE, _bio_create)
+    BIO_meth_set_ctrl(_SOURCE, _source_ctrl)
+    BIO_meth_set_read(_SOURCE, _source_read)
+    return 0
+
+
+_init_bio_methods()
+
+
 cdef bint _tls_write(link_t *l, const char *p, Py_ssize_t n) noexcept nogil:
-    # Encrypt into cbuf: all of it is taken, or the session failed.
+    # Encrypt into cbuf (through the sink BIO): all of it is taken, or the session failed.
     cdef int k
     while n > 0:
         ERR_clear_error()
         k = SSL_write(l.ssl, p, <int>(n if n < (1 << 30) else (1 << 30)))
-        if k <= 0 or not _take_cipher(l):
+        if k <= 0:
             return False
         p += k
         n -= k
@@ -397,6 +467,7 @@ cdef void _read_tls(int ep, link_t *l, unsigned long long token) noexcept nogil:
     cdef unsigned char cbuf[TLS_CHUNK]
     cdef ssize_t r
     cdef int e
+    cdef Py_ssize_t waiting = l.clen
     while l.state == L_OPEN:
         r = recv(l.fd, cbuf, TLS_CHUNK, MSG_DONTWAIT)
         if r > 0:
@@ -412,11 +483,8 @@ cdef void _read_tls(int ep, link_t *l, unsigned long long token) noexcept nogil:
             break
         else:
             _fail(ep, l, F_OSERROR, errno, NULL, 0)
-    if l.state == L_OPEN and BIO_ctrl_pending(l.wbio) > 0:
+    if l.state == L_OPEN and l.clen > waiting:
         # The session answered something (a key update): send it with the rest.
-        if not _take_cipher(l):
-            _fail(ep, l, F_OSERROR, ENOMEM, NULL, 0)
-            return
         e = _flush(ep, l, token)
         if e:
             _fail(ep, l, F_OSERROR, e, NULL, 0)
@@ -468,7 +536,7 @@ cdef int _enqueue(int ep, link_t *links, link_t *l, PyObject *pre, const char *p
         _fail(ep, l, F_WINDOW, 0, NULL, 0)
         rc = 1
     elif l.ssl != NULL:
-        # Encrypted at once: the ciphertext waits in the outgoing BIO, the buffers are let go.
+        # Encrypted at once (through the sink BIO, into cbuf); the buffers are let go.
         was_empty = l.clen == l.chead
         if (pre != NULL and not _tls_write(l, prep, npre)) or not _tls_write(l, frp, n):
             _fail_tls(ep, l)
@@ -689,6 +757,7 @@ cdef class Fanout:
         cdef epoll_event ev
         cdef int err
         cdef SSL *ssl = NULL
+        cdef BIO *sink = NULL
         if self._links == NULL or self._ep < 0:
             raise ValueError("Fanout is closed")
         if max_count < 1 or max_bytes < 1:
@@ -719,6 +788,14 @@ cdef class Fanout:
                 if ssl != NULL:
                     SSL_free(ssl)
                 raise MemoryError()
+        if ssl != NULL:
+            # The handshake sent all it wrote: from here the session writes into this link's cbuf.
+            sink = BIO_new(_SINK)
+            if sink == NULL:
+                SSL_free(ssl)
+                raise MemoryError()
+            BIO_set_data(sink, l)
+            SSL_set0_wbio(ssl, sink)
         pthread_mutex_lock(&l.mu)
         l.fd = fd
         l.ssl = ssl
@@ -1127,6 +1204,9 @@ cdef class TlsServer:
         self._ctx = _new_ctx(TLS_server_method(), SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT,
                              ca_file, cert_file, key_file)
         SSL_CTX_set_num_tickets(self._ctx, 0)   # no resumption: a writer's link lives for a segment
+        # One recv takes up to TLS_RECV of records, not a record header and then its body.
+        SSL_CTX_set_read_ahead(self._ctx, 1)
+        SSL_CTX_set_default_read_buffer_len(self._ctx, TLS_RECV)
 
     def __dealloc__(self):
         if self._ctx != NULL:
@@ -1197,6 +1277,7 @@ cdef class Receiver:
     def __cinit__(self):
         self._buf = NULL
         self._ssl = NULL
+        self._io.rest = NULL
 
     def __init__(self, sock, max_frame=QJM_FRAME_HEADER_SIZE + _MAX_PAYLOAD, memory=None):
         if self._buf != NULL:
@@ -1218,6 +1299,9 @@ cdef class Receiver:
         if self._ssl != NULL:
             SSL_free(self._ssl)
             self._ssl = NULL
+        if self._io.rest != NULL:
+            BIO_free(self._io.rest)
+            self._io.rest = NULL
 
     def handshake(self, TlsServer tls not None, double timeout):
         """Run the node's side of the TLS handshake first, within ``timeout`` seconds in all; the
@@ -1226,6 +1310,7 @@ cdef class Receiver:
         cdef SSL *ssl
         cdef BIO *rbio
         cdef BIO *wbio
+        cdef BIO *source
         cdef int rc
         if self._buf == NULL:
             raise OSError(EBADF, "receiver is closed")
@@ -1238,6 +1323,18 @@ cdef class Receiver:
         with nogil:
             rc = _handshake(ssl, rbio, wbio, self._fd, timeout)
         if rc == 0:
+            # From here SSL_read takes ciphertext from the socket itself (the source BIO), after
+            # what came in with the handshake and still waits in the memory BIO.
+            source = BIO_new(_SOURCE)
+            if source == NULL:
+                SSL_free(ssl)
+                raise MemoryError()
+            BIO_up_ref(rbio)
+            self._io.rest = rbio
+            self._io.fd = self._fd
+            self._io.eof = False
+            BIO_set_data(source, &self._io)
+            SSL_set0_rbio(ssl, source)
             self._ssl = ssl
             return
         text = _reason() if rc == -1 else ""
@@ -1325,6 +1422,9 @@ cdef class Receiver:
         if self._ssl != NULL:
             SSL_free(self._ssl)
             self._ssl = NULL
+        if self._io.rest != NULL:
+            BIO_free(self._io.rest)
+            self._io.rest = NULL
 
     cdef int _shrink(self) except -1:
         # Back to the base buffer once a large frame is consumed, and its memory back to the node.
@@ -1378,46 +1478,36 @@ cdef class Receiver:
     cdef int _fill_tls(self) except -1:
         # Decrypt what has arrived, without the GIL: wait (SO_RCVTIMEO: EAGAIN) only while nothing
         # has, then take whatever else the socket holds already, as the plaintext path's one large
-        # recv does, so that a run (one group commit) covers everything received.
+        # recv does, so that a run (one group commit) covers everything received. The session
+        # reads the socket through the source BIO (_source_read), its read-ahead buffer TLS_RECV.
         cdef SSL *ssl = self._ssl
-        cdef BIO *rbio = SSL_get_rbio(ssl)
         cdef unsigned char *buf = self._buf + self._len
         cdef Py_ssize_t room = self._cap - self._len
         cdef Py_ssize_t got = 0
-        cdef unsigned char cipher[TLS_RECV]
-        cdef ssize_t r
         cdef int k
         cdef int err = 0
         cdef bint eof = False
         cdef bint refused = False
-        cdef int fd = self._fd
+        cdef rx_io_t *io = &self._io
         with nogil:
             ERR_clear_error()
+            io.err = 0
             while got < room:
+                io.block = got == 0
                 k = SSL_read(ssl, buf + got, <int>(room - got if room - got < (1 << 30) else (1 << 30)))
                 if k > 0:
                     got += k
                     continue
                 k = SSL_get_error(ssl, k)
-                if k == SSL_ERROR_ZERO_RETURN:
+                if k == SSL_ERROR_ZERO_RETURN or (k == SSL_ERROR_SYSCALL and io.eof):
                     eof = True
-                    break
-                if k != SSL_ERROR_WANT_READ:
-                    refused = True
-                    break
-                r = recv(fd, cipher, TLS_RECV, MSG_DONTWAIT if got else 0)
-                if r > 0:
-                    if BIO_write(rbio, cipher, <int>r) != r:
-                        err = ENOMEM
-                        break
-                elif r == 0:
-                    eof = True
-                    break
-                elif errno == EINTR:
-                    continue
+                elif k == SSL_ERROR_WANT_READ:
+                    err = io.err        # EAGAIN: nothing more there (or SO_RCVTIMEO passed)
+                elif k == SSL_ERROR_SYSCALL and io.err:
+                    err = io.err
                 else:
-                    err = errno
-                    break
+                    refused = True
+                break
         if got == 0:
             if refused:
                 raise TlsError(f"TLS session failed: {_reason()}")
