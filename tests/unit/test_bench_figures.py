@@ -73,8 +73,18 @@ def test_c_floors_compile_and_run_in_this_run(tmp_path: Path) -> None:
     c = floor.run_c_floors(str(tmp_path), smoke=True)
     assert "skipped" not in c, c
     assert 0 < c["local_p50_us"] <= c["local_p99_us"] and 0 < c["net_p50_us"] <= c["net_p99_us"]
+    assert c["local_cpu_us"] > 0 and c["net_cpu_us"] > 0  # netfloor and its receivers, per commit
     note = report.c_floor_note(c, {"sync_p50_us": 2 * c["net_p50_us"]})
     assert "qjm native sync p50 = 2.00x the networked floor" in note
+    assert "CPU per sync commit" not in note  # no figure of qjm's to set beside it
+    note = report.c_floor_note(c, {"sync_p50_us": 2 * c["net_p50_us"], "sync_cpu_us": 3 * c["net_cpu_us"]})
+    assert f"C networked {c['net_cpu_us']:.0f} µs, qjm native {3 * c['net_cpu_us']:.0f} µs (3.0x)" in note
+
+
+def test_cpu_per_sync_commit_is_summarised_from_the_latency_phases() -> None:
+    raw: dict[str, Any] = {"latency": [[0.001] * 10], "latency_cpu": {"cpu_user_ns": 150e3, "cpu_kernel_ns": 250e3}}
+    assert report.summarise(raw)["sync_cpu_us"] == 400.0
+    assert "sync_cpu_us" not in report.summarise({"latency": [[0.001] * 10], "latency_cpu": {}})
 
 
 def test_c_floor_note_says_why_it_was_not_measured() -> None:

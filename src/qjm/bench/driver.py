@@ -77,13 +77,15 @@ def run(
     - ``smoke``: bool; ``machine``: cpu, cpus, kernel, python, filesystem, directory, load averages,
       capabilities, ``qjm_version`` and ``commit`` (of the qjm checkout measured, or "unknown");
     - ``summary``: ``floor``, ``native``, ``pure``, each a dict of figures: ``sync_p50_us``,
-      ``sync_p99_us``, ``tput100_rps``/``_mbps``, ``tput1024_rps``/``_mbps``, CPU per record
+      ``sync_p99_us``, ``sync_cpu_us`` (CPU per sync commit, user + kernel, of every process of
+      the worker), ``tput100_rps``/``_mbps``, ``tput1024_rps``/``_mbps``, CPU per record
       (``tput{size}_cpu_user_ns``/``_kernel_ns``), ``tput{size}_in_sync``, ``failover_p50_ms``,
       ``failover_cold_p50_ms``, ``failover_same_process_p50_ms`` (the floor: also ``ceiling_*``);
       each figure is the median of its counted phases, and ``spread[figure]`` holds ``min``, ``max``
       and every counted ``phases`` value (failovers: ``q1``, ``q3`` and every ``runs`` value);
       ``warmup`` the warm-up phases, which are not counted;
-    - ``c_floors``: ``local_p50_us``, ``local_p99_us``, ``net_p50_us``, ``net_p99_us`` (medians of
+    - ``c_floors``: ``local_p50_us``, ``local_p99_us``, ``net_p50_us``, ``net_p99_us``,
+      ``local_cpu_us``, ``net_cpu_us`` (CPU per commit of netfloor and its receivers) (medians of
       runs) and their ``spread``, or ``skipped``: why;
     - with ``peers``: ``peers``: per peer the same figures, plus ``batch{size}_rps``/``_mbps`` of its
       batching client, ``durable``, ``version``, ``how``, ``how_batched``; and ``peer_goals``:

@@ -20,6 +20,7 @@ import itertools
 import json
 import mmap
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -219,9 +220,16 @@ def worker_floor(base: str, cfg: dict[str, float]) -> dict[str, Any]:
     phase = itertools.count()
     rounds = int(cfg["rounds"])
     out: dict[str, Any] = {}
-    out["latency_warmup"], out["latency"] = phased(
-        cfg, "floor sync latency", lambda: floor_latency(base, rounds, f"lat{next(phase)}-")
-    )
+    latency_cpu: list[dict[str, float]] = []
+
+    def latency() -> list[float]:
+        before = cpu_seconds([])
+        lat = floor_latency(base, rounds, f"lat{next(phase)}-")
+        latency_cpu.append(cpu_per_record(before, cpu_seconds([]), len(lat)))
+        return lat
+
+    out["latency_warmup"], out["latency"] = phased(cfg, "floor sync latency", latency)
+    out["latency_cpu"] = median_cpu(latency_cpu[1:])  # per commit, the three appenders
 
     def tput(size: int) -> tuple[float, dict[str, float]]:
         return floor_throughput(base, size, cfg["seconds"], f"t{next(phase)}")
@@ -269,7 +277,7 @@ def run_c_floors(base: str, smoke: bool) -> dict[str, Any]:
     cfg = SMOKE if smoke else FULL
     rounds = cfg["rounds"] + NETFLOOR_WARMUP
     out: dict[str, Any] = {}
-    runs: dict[str, list[float]] = {f"{m}_{q}_us": [] for m in ("local", "net") for q in ("p50", "p99")}
+    runs: dict[str, list[float]] = {f"{m}_{q}_us": [] for m in ("local", "net") for q in ("p50", "p99", "cpu")}
     for phase in range(int(cfg["phases"])):  # netfloor runs its own warm-up rounds: every run counts
         progress(f"C floors (bench/netfloor): run {phase + 1}/{int(cfg['phases'])}")
         for mode in ("local", "net"):
@@ -278,12 +286,16 @@ def run_c_floors(base: str, smoke: bool) -> dict[str, Any]:
             if not smoke:
                 os.sync()
             argv = [exe, mode, d, str(rounds)]
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=600)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)  # netfloor and the receivers it reaps
             if done.returncode != 0:
                 raise RuntimeError(f"qjm bench: netfloor {mode} failed ({done.returncode}):\n{done.stderr[-4000:]}")
             r = json.loads(done.stdout.strip().splitlines()[-1])
             runs[f"{mode}_p50_us"].append(r["p50_us"])
             runs[f"{mode}_p99_us"].append(r["p99_us"])
+            cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+            runs[f"{mode}_cpu_us"].append(cpu / rounds * 1e6)  # per commit, set-up and warm-up rounds included
             shutil.rmtree(d, ignore_errors=True)
     for key, values in runs.items():
         out[key] = statistics.median(values)

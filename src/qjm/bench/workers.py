@@ -57,16 +57,22 @@ def worker_qjm(base: str, cfg: dict[str, float], tls: bool = False) -> dict[str,
         w = open_writer(c.uri, create=True, tls=client)
         rec = os.urandom(LATENCY_RECORD)
 
+        node_pids = [n.proc.pid for n in c.nodes if n.proc is not None]
+        latency_cpu: list[dict[str, float]] = []
+
         def latency_phase() -> list[float]:
             lat = []
+            before = cpu_seconds(node_pids)
             for _ in range(int(cfg["rounds"])):
                 t = time.perf_counter()
                 w.append(rec)
                 w.sync()
                 lat.append(time.perf_counter() - t)
+            latency_cpu.append(cpu_per_record(before, cpu_seconds(node_pids), len(lat)))
             return lat
 
         out["latency_warmup"], out["latency"] = phased(cfg, "sync latency", latency_phase)
+        out["latency_cpu"] = median_cpu(latency_cpu[1:])  # per sync commit, writer + 3 nodes
         if not tls:  # the TLS row compares sync latency and throughput with plaintext's
             progress("tail staleness and packed reading")
             out["tail_staleness"] = tail_staleness(c.uri, w, int(cfg["tail_rounds"]))
