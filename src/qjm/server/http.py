@@ -75,8 +75,8 @@ class _QuietHandler(WSGIRequestHandler):
     server: _Server
 
     def setup(self) -> None:
-        self.timeout = self.server.io_timeout  # each read and write of the request and the reply
         super().setup()
+        self.connection.settimeout(self.server.io_timeout)  # each read and write of the request and the reply
 
     def get_environ(self) -> dict[str, str]:
         env = super().get_environ()
