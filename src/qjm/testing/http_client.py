@@ -57,7 +57,8 @@ def http_get(
     headers: Mapping[str, str] | None = None,
     timeout: float = 10.0,
 ) -> tuple[int, bytes, str]:
-    """(status, body, content type) of a GET on ``address`` (``HOST:PORT``), error statuses included."""
+    """(status, body, content type) of a GET on ``address`` (``HOST:PORT``), error statuses included;
+    a connection or TLS failure raises its own ``OSError`` (``ssl.SSLError``, ``ConnectionResetError``)."""
     req = urllib.request.Request(node_url(address, path, https), headers=dict(headers or {}))
     ctx = https.context() if https is not None else None
     try:
@@ -65,3 +66,7 @@ def http_get(
             return r.status, r.read(), r.headers.get("Content-Type", "")
     except urllib.error.HTTPError as e:
         return e.code, e.read(), e.headers.get("Content-Type", "")
+    except urllib.error.URLError as e:
+        if isinstance(e.reason, OSError):
+            raise e.reason from None
+        raise
