@@ -244,3 +244,28 @@ def test_prometheus_scrapes_nodes_over_https(tls_node: NodeFactory, pki: Pki, tm
             refusals = 'qjm_node_http_connections_refused_total{job="with-cert",reason="tls"}'
             eventually(lambda: (prom.value(refusals) or 0) > 0, 60, "the certificate-less scrapes counted")
             assert prom.value('qjm_node_journals{job="optional"}') is not None
+
+
+def test_the_plaintext_port_has_the_same_bounds(tmp_path: Path) -> None:
+    """Without TLS: a request that stalls is closed within hello_timeout while others are served,
+    and a connection past max_http_connections is answered 503 at once."""
+    limits = NodeLimits(hello_timeout=STALL_BOUND, max_http_connections=2)
+    node = JournalNode(str(tmp_path / "jn"), http_port=0, limits=limits).start()
+    try:
+        port = node.http.port if node.http else 0
+        with socket.create_connection(("127.0.0.1", port), timeout=CLOSED_WITHIN) as slow:
+            slow.sendall(b"GET /metr")  # and nothing more
+            assert http_get(address(node), "/health")[0] == 200  # served meanwhile
+            assert node.http is not None
+            http = node.http
+            eventually(lambda: http.connection_count() == 1, CLOSED_WITHIN, "the scrape's connection let go")
+            with socket.create_connection(("127.0.0.1", port), timeout=CLOSED_WITHIN) as holder:
+                eventually(lambda: http.connection_count() == 2, CLOSED_WITHIN, "the holder's connection taken")
+                assert still_open(holder)
+                with socket.create_connection(("127.0.0.1", port), timeout=CLOSED_WITHIN) as third:
+                    assert third.recv(4096).startswith(b"HTTP/1.0 503 ")
+                assert refused(node, "limit") == 1
+            assert closed_by_peer(slow, CLOSED_WITHIN)  # the stalled request, after hello_timeout
+        assert refused(node, "tls") == 0
+    finally:
+        node.stop(0)

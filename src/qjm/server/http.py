@@ -123,6 +123,10 @@ class _Server(ThreadingWSGIServer):
         with self._lock:
             return dict(self._refused)
 
+    def connection_count(self) -> int:
+        with self._lock:
+            return self._active
+
     def _refuse(self, reason: str, peer: object, why: str) -> None:
         with self._lock:
             self._refused[reason] += 1
@@ -319,6 +323,10 @@ class NodeHttpServer:
     def refused(self) -> dict[str, int]:
         """Connections refused, by reason: ``tls`` (no or a failed handshake), ``limit``."""
         return self._server.refused()
+
+    def connection_count(self) -> int:
+        """Connections being served (their handshake or request running)."""
+        return self._server.connection_count()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._server.serve_forever, name="qjm-http", daemon=True)
