@@ -146,8 +146,9 @@ def test_required_client_auth_refuses_a_client_without_a_certificate(tls_node: N
 
 
 def test_client_auth_is_checked_and_needs_tls(tmp_path: Path, pki: Pki) -> None:
-    with pytest.raises(ConfigError, match="http_client_auth"):
-        JournalNode(str(tmp_path / "a"), tls=pki.nodes[0], http_port=0, http_client_auth="sometimes")
+    for tls in (pki.nodes[0], None):
+        with pytest.raises(ConfigError, match="http_client_auth must be one of optional, required"):
+            JournalNode(str(tmp_path / "a"), tls=tls, http_port=0, http_client_auth="sometimes")
     with pytest.raises(ConfigError, match="needs TLS"):
         JournalNode(str(tmp_path / "b"), http_port=0, http_client_auth="required")
     plain = JournalNode(str(tmp_path / "c"), http_port=0).start()  # without TLS the port stays plaintext

@@ -32,7 +32,7 @@ from qjm.protocol.rpcmeta import GRPC_OPTIONS, add_servicer, make_stub, open_cha
 from qjm.security.authz import Authorizer
 from qjm.security.tls import TlsConfig
 from qjm.server.data import DataServer
-from qjm.server.http import NodeHttpServer, https_context
+from qjm.server.http import CLIENT_AUTH, NodeHttpServer, https_context
 from qjm.server.journal import Journal, JournalHooks
 from qjm.server.limits import NodeLimits
 from qjm.server.metrics import NodeMetrics
@@ -187,9 +187,11 @@ class JournalNode:
         if http_port is not None:
             check_bindable(self.http_host, http_port, "HTTP port")
         # The HTTP port serves HTTPS with the node's certificate when the node has TLS (design §9.5).
-        http_tls = https_context(self.tls, http_client_auth) if self.tls is not None else None
-        if http_tls is None and http_client_auth != "optional":
+        if http_client_auth not in CLIENT_AUTH:
+            raise ConfigError(f"http_client_auth must be one of {', '.join(CLIENT_AUTH)}, got {http_client_auth!r}")
+        if self.tls is None and http_client_auth != "optional":
             raise ConfigError(f"http_client_auth = {http_client_auth} needs TLS (tls_ca, tls_cert, tls_key)")
+        http_tls = https_context(self.tls, http_client_auth) if self.tls is not None else None
         self.limits = (limits or NodeLimits()).fitted_to_descriptors()
         self.load_failures: dict[str, str] = {}  # journal id -> why its directory did not load
         self._lock_fd = lock_data_dir(self.data_dir)
