@@ -86,7 +86,8 @@ def serve_node(a: argparse.Namespace, hooks: JournalHooks | None = None) -> int:
         node = JournalNode(
             st.data_dir, host=st.rpc_bind, rpc_port=st.rpc_port, data_host=st.data_bind, data_port=st.data_port,
             rpc_advertise=st.rpc_advertise, data_advertise=st.data_advertise, hooks=hooks,
-            http_host=st.http_bind, http_port=st.http_port, limits=node_limits(dict(st.limits)),
+            http_host=st.http_bind, http_port=st.http_port, http_client_auth=st.http_client_auth,
+            limits=node_limits(dict(st.limits)),
             tls=st.tls, authz=st.authz, insecure=st.insecure, peers=st.peers,
             sync_interval=st.sync_interval, sync_bandwidth=st.sync_bandwidth,
         ).start()  # fmt: skip

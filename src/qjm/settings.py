@@ -134,6 +134,16 @@ def _peers(v: Any, where: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _choice(*allowed: str) -> Converter:
+    def convert(v: Any, where: str) -> str:
+        text = _text(v, where).lower()
+        if text not in allowed:
+            raise ConfigError(f"{where}: expected one of {', '.join(allowed)}, got {v!r}")
+        return text
+
+    return convert
+
+
 def _non_negative(kind: type) -> Callable[[Any, str], Any]:
     number = _number(kind)
 
@@ -174,6 +184,7 @@ NODE_KEYS: dict[str, tuple[Converter, str]] = {
     ),
     "max_open_journals": (_number(int), "journals open at once; idle ones are closed first (default 64)"),
     "max_data_connections": (_number(int), "data-plane connections at once; more are refused (default 256)"),
+    "max_http_connections": (_number(int), "HTTP-port connections at once; more are closed (default 32)"),
     "frame_memory_mb": (_number(int), "MiB all connections may hold for unfinished frames (default 256)"),
     "idle_timeout": (
         _number(float),
@@ -197,6 +208,12 @@ TLS_KEYS: dict[str, tuple[Converter, str]] = {
     "tls_key": (_text, "PEM file of this end's private key"),
 }
 NODE_KEYS.update(TLS_KEYS)
+HTTP_CLIENT_AUTH = ("optional", "required")
+NODE_KEYS["http_client_auth"] = (
+    _choice(*HTTP_CLIENT_AUTH),
+    "with TLS the HTTP port serves HTTPS; optional (default): a client without a certificate is served, one "
+    "presenting a certificate the CA did not sign is refused; required: only clients with a certificate of the CA",
+)
 NODE_KEYS["insecure"] = (
     _flag,
     "serve without TLS on a non-loopback address (refused otherwise): anyone who can reach the ports "
@@ -209,7 +226,7 @@ NODE_KEYS["peers"] = (
     "Recovery downloads only from these, and catch-up copies missed segments from them (default: none; "
     "recovery from any node whose certificate the CA signed with TLS, anywhere without; no catch-up)",
 )
-LIMIT_KEYS = ("max_open_journals", "max_data_connections", "frame_memory_mb", "idle_timeout")
+LIMIT_KEYS = ("max_open_journals", "max_data_connections", "max_http_connections", "frame_memory_mb", "idle_timeout")
 """The node's resource bounds among ``NODE_KEYS`` (``qjm.server.limits.NodeLimits``)."""
 
 _BY_TYPE: dict[str, Converter] = {"int": _number(int), "float": _number(float), "str": _text}
@@ -538,6 +555,7 @@ class NodeSettings:
     data_advertise: str | None = None
     http_bind: str = DEFAULT_BIND
     http_port: int = DEFAULT_HTTP_PORT
+    http_client_auth: str = "optional"  # with tls: whether HTTPS clients need a certificate of the CA
     limits: tuple[tuple[str, Any], ...] = ()  # the LIMIT_KEYS that were set, for NodeLimits
     tls: TlsConfig | None = None
     insecure: bool = False
@@ -564,6 +582,12 @@ def node_settings(values: Mapping[str, Value]) -> NodeSettings:
     http_host, http_port = (
         split_host_port(get("http_address"), what="http_address") if "http_address" in values else (None, None)
     )
+    tls = tls_from(values)
+    if tls is None and get("http_client_auth", "optional") != "optional":
+        raise ConfigError(
+            f"{values['http_client_auth'].origin}: http_client_auth = required needs TLS (tls_ca, tls_cert and "
+            "tls_key): without it the HTTP port is plaintext and asks for no certificate"
+        )
     return NodeSettings(
         data_dir=get("data_dir"),
         rpc_bind=rpc_bind,
@@ -574,8 +598,9 @@ def node_settings(values: Mapping[str, Value]) -> NodeSettings:
         data_advertise=get("data_advertise", split_host_port(rpc_advertise, 0)[0] if rpc_advertise else None),
         http_bind=get("http_bind", http_host if http_host is not None else rpc_bind),
         http_port=get("http_port", http_port if http_port is not None else DEFAULT_HTTP_PORT),
+        http_client_auth=get("http_client_auth", "optional"),
         limits=tuple((k, values[k].value) for k in LIMIT_KEYS if k in values),
-        tls=tls_from(values),
+        tls=tls,
         insecure=get("insecure", False),
         authz=get(AUTHZ_TABLE),
         peers=get("peers"),
@@ -614,4 +639,6 @@ def metavar(key: str) -> str:
     }  # fmt: skip
     if key in TLS_KEYS:
         return "FILE"
+    if key == "http_client_auth":
+        return "|".join(HTTP_CLIENT_AUTH)
     return names.get(convert, "DIR" if key.endswith("_dir") else "VALUE")

@@ -79,6 +79,7 @@ def test_the_sample_toml_is_what_it_says() -> None:
     assert (node.rpc_port, node.data_port, node.http_bind, node.http_port) == (8485, 8486, "0.0.0.0", 8480)
     assert (node.rpc_advertise, node.data_advertise) == ("jn1.example", "jn1.example")
     assert node.tls is not None and node.tls.cert_file == "/etc/qjm/pki/jn1.pem" and not node.insecure
+    assert node.http_client_auth == "optional"  # HTTPS with the node's certificate; scrapers need none
     assert node.authz is not None and node.authz.allowed("namenode", "edits", "writer")
     assert not node.authz.allowed("namenode", "edits", "admin") and node.authz.allowed("jn2", "edits", "reader")
     assert node.peers == PEERS

@@ -205,3 +205,20 @@ def test_status_table_says_what_catch_up_did() -> None:
     lines = format_status_table(node_health([quiet, busy])).splitlines()
     assert "caught up" not in lines[1]
     assert lines[2].endswith("[caught up 3 segment(s), 1 divergence(s)]")
+
+
+def test_http_client_auth_setting(tmp_path: Path) -> None:
+    """optional (the default) or required, from any layer; required needs the node's TLS, since
+    without it the HTTP port is plaintext."""
+    tls = {"tls_ca": "/p/ca.pem", "tls_cert": "/p/jn1.pem", "tls_key": "/p/jn1.key"}
+    assert node_settings(gather("journalnode", flags={"data_dir": "/d"}, env={})).http_client_auth == "optional"
+    st = node_settings(gather("journalnode", flags={"data_dir": "/d", **tls}, env={"QJM_HTTP_CLIENT_AUTH": "Required"}))
+    assert st.http_client_auth == "required" and st.tls is not None
+    toml = tmp_path / "node.toml"
+    toml.write_text('[journalnode]\ndata_dir = "/d"\nhttp_client_auth = "optional"\nmax_http_connections = 8\n')
+    st = node_settings(gather("journalnode", flags={"http_client_auth": "required", **tls}, config_path=str(toml)))
+    assert st.http_client_auth == "required" and dict(st.limits)["max_http_connections"] == 8
+    with pytest.raises(ConfigError, match="option --http-client-auth: expected one of optional, required"):
+        gather("journalnode", flags={"http_client_auth": "sometimes"})
+    with pytest.raises(ConfigError, match="QJM_HTTP_CLIENT_AUTH: http_client_auth = required needs TLS"):
+        node_settings(gather("journalnode", flags={"data_dir": "/d"}, env={"QJM_HTTP_CLIENT_AUTH": "required"}))

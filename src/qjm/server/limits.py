@@ -11,12 +11,14 @@ bound                      default      what happens past it
 max_open_journals          64           least recently used idle journal closed (no open segment, no
                                         call in flight); all busy: the new journal is refused
 max_data_connections       256          a new data-plane connection is refused at once (no thread)
+max_http_connections       32           a new HTTP-port connection is closed at once (no thread)
 max_frame_bytes            64 MiB+hdr   a frame declaring more is refused before any of it is read
 frame_memory               256 MiB      bytes all connections may hold for unfinished frames; past
                                         it a connection waits ``frame_memory_wait`` then is refused
 hello_timeout              10 s         a connection that has not named its journal is closed; a
-                                        control-plane connection that has not finished its (TLS)
-                                        handshake is closed
+                                        control-plane or HTTP-port connection that has not finished
+                                        its (TLS) handshake is closed, and so is an HTTP-port one
+                                        whose request or reply stalls this long
 idle_timeout               0 (off)      a connection that sends nothing for this long is closed (its
                                         writer's node is out of sync until the next segment, so it is
                                         off by default: keepalive and max_data_connections bound idle
@@ -25,9 +27,10 @@ keepalive idle/intvl/cnt   60 s/10 s/6  TCP keepalive: a vanished peer is notice
 =========================  ===========  ==============================================================
 
 Descriptors: an open journal holds at most ``FDS_PER_JOURNAL`` (lock, two epoch files, committed
-txid, open segment); a data-plane connection holds one and one thread. At start the node lowers
-``max_open_journals`` and ``max_data_connections`` (and logs it) if together with a reserve for
-gRPC, logs and downloads they would not fit the process's RLIMIT_NOFILE.
+txid, open segment); a data-plane or HTTP-port connection holds one and one thread. At start the
+node lowers ``max_open_journals`` and ``max_data_connections`` (and logs it) if together with
+``max_http_connections`` and a reserve for gRPC, logs and downloads they would not fit the
+process's RLIMIT_NOFILE.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ FDS_RESERVED = 128  # gRPC's listener, poller and client connections, logs, segm
 class NodeLimits:
     max_open_journals: int = 64
     max_data_connections: int = 256
+    max_http_connections: int = 32
     max_frame_bytes: int = FRAME_HEADER_SIZE + MAX_PAYLOAD
     frame_memory: int = 256 * 1024 * 1024
     frame_memory_wait: float = 5.0
@@ -59,7 +63,9 @@ class NodeLimits:
     keepalive_count: int = 6
 
     def __post_init__(self) -> None:
-        for name in ("max_open_journals", "max_data_connections", "max_frame_bytes", "frame_memory"):
+        for name in (
+            "max_open_journals", "max_data_connections", "max_http_connections", "max_frame_bytes", "frame_memory",
+        ):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         for name in ("frame_memory_wait", "hello_timeout"):
@@ -79,10 +85,11 @@ class NodeLimits:
             soft_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         if soft_limit == resource.RLIM_INFINITY:
             return self
-        need = self.max_open_journals * FDS_PER_JOURNAL + self.max_data_connections + FDS_RESERVED
+        reserved = FDS_RESERVED + self.max_http_connections
+        need = self.max_open_journals * FDS_PER_JOURNAL + self.max_data_connections + reserved
         if need <= soft_limit:
             return self
-        room = max(soft_limit - FDS_RESERVED, 2 * FDS_PER_JOURNAL)
+        room = max(soft_limit - reserved, 2 * FDS_PER_JOURNAL)
         journals = max(1, min(self.max_open_journals, room // 2 // FDS_PER_JOURNAL))
         conns = max(1, min(self.max_data_connections, room - journals * FDS_PER_JOURNAL))
         log.warning(

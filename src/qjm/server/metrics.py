@@ -20,7 +20,9 @@ Names (Hadoop's in parentheses): per journal, label ``journal``:
 ``qjm_node_journal_load_failures``, ``qjm_node_storage_writable``, ``qjm_node_data_dir_free_bytes``,
 ``qjm_node_start_time_seconds``, ``qjm_node_info``; ``qjm_authz_denied_total`` (labels ``journal``,
 ``role``: requests refused for want of a role, design §9.2); ``qjm_node_data_connections_refused_total``
-(label ``reason``: ``tls`` for a failed or missing TLS handshake, ``limit`` for max_data_connections).
+(label ``reason``: ``tls`` for a failed or missing TLS handshake, ``limit`` for max_data_connections);
+``qjm_node_http_connections_refused_total`` (the same reasons for the HTTP port, ``limit`` for
+max_http_connections).
 """
 
 from __future__ import annotations
@@ -125,9 +127,11 @@ class NodeMetrics(Collector):
         load_failures: Callable[[], Mapping[str, str]],
         info: Callable[[], Mapping[str, str]],
         refused: Callable[[], Mapping[str, int]] = dict,
+        http_refused: Callable[[], Mapping[str, int]] = dict,
     ) -> None:
         self.data_dir = data_dir
         self._refused = refused
+        self._http_refused = http_refused
         self._journals = journals
         self._failures = load_failures
         self._info = info
@@ -294,6 +298,15 @@ class NodeMetrics(Collector):
         for reason, n in sorted(self._refused().items()):
             refused.add_metric([reason], n)
         yield refused
+        http_refused = counter(
+            "qjm_node_http_connections_refused",
+            "HTTP-port connections the node refused before any request: a failed or missing TLS handshake "
+            "(reason tls), or max_http_connections reached (reason limit)",
+            ["reason"],
+        )
+        for reason, n in sorted(self._http_refused().items()):
+            http_refused.add_metric([reason], n)
+        yield http_refused
 
         yield _value(gauge("qjm_node_journals", "Journals loaded on this node"), len(journals))
         yield _value(

@@ -15,7 +15,15 @@ from typing import Any
 import grpc
 
 from qjm.addresses import advertised, check_bindable, is_loopback, join_host_port, split_host_port
-from qjm.errors import BindError, InsecureBindError, NotFoundError, PermissionDeniedError, QJMError, StorageError
+from qjm.errors import (
+    BindError,
+    ConfigError,
+    InsecureBindError,
+    NotFoundError,
+    PermissionDeniedError,
+    QJMError,
+    StorageError,
+)
 from qjm.protocol import convert
 from qjm.protocol import qjournal_pb2 as pb
 from qjm.protocol.download import verified_chunks
@@ -24,7 +32,7 @@ from qjm.protocol.rpcmeta import GRPC_OPTIONS, add_servicer, make_stub, open_cha
 from qjm.security.authz import Authorizer
 from qjm.security.tls import TlsConfig
 from qjm.server.data import DataServer
-from qjm.server.http import NodeHttpServer
+from qjm.server.http import CLIENT_AUTH, NodeHttpServer, https_context
 from qjm.server.journal import Journal, JournalHooks
 from qjm.server.limits import NodeLimits
 from qjm.server.metrics import NodeMetrics
@@ -133,7 +141,9 @@ class JournalNode:
     on it refuses to start. A node that fails to start releases everything it took (ports, lock).
 
     With ``tls`` the control plane requires mutual TLS and ``authz`` decides what each identity may
-    do (design §9); without it a node listens only on loopback unless ``insecure``.
+    do (design §9); without it a node listens only on loopback unless ``insecure``. With ``tls`` the
+    HTTP port serves HTTPS, a client certificate of the CA ``http_client_auth`` ("optional" or
+    "required"; design §9.5).
     """
 
     def __init__(
@@ -151,6 +161,7 @@ class JournalNode:
         rpc_workers: int = 16,
         http_port: int | None = None,
         http_host: str | None = None,
+        http_client_auth: str = "optional",
         limits: NodeLimits | None = None,
         tls: TlsConfig | None = None,
         authz: Authorizer | None = None,
@@ -170,10 +181,17 @@ class JournalNode:
         advertised(self.data_host, data_port, data_advertise)
         self.data_dir = os.path.abspath(data_dir)
         self.http_host = host if http_host is None else http_host
+        self.http_client_auth = http_client_auth
         check_bindable(host, rpc_port, "control plane")
         check_bindable(self.data_host, data_port, "data plane")  # before gRPC holds the other port
         if http_port is not None:
             check_bindable(self.http_host, http_port, "HTTP port")
+        # The HTTP port serves HTTPS with the node's certificate when the node has TLS (design §9.5).
+        if http_client_auth not in CLIENT_AUTH:
+            raise ConfigError(f"http_client_auth must be one of {', '.join(CLIENT_AUTH)}, got {http_client_auth!r}")
+        if self.tls is None and http_client_auth != "optional":
+            raise ConfigError(f"http_client_auth = {http_client_auth} needs TLS (tls_ca, tls_cert, tls_key)")
+        http_tls = https_context(self.tls, http_client_auth) if self.tls is not None else None
         self.limits = (limits or NodeLimits()).fitted_to_descriptors()
         self.load_failures: dict[str, str] = {}  # journal id -> why its directory did not load
         self._lock_fd = lock_data_dir(self.data_dir)
@@ -189,11 +207,15 @@ class JournalNode:
             self.metrics = NodeMetrics(
                 self.data_dir, self.loaded_journals, lambda: dict(self.load_failures), self._info,
                 lambda: {"tls": data.tls_refusals, "limit": data.refused_connections},
+                lambda: self.http.refused() if self.http is not None else {},
             )  # fmt: skip
             # ``http_port`` None: no HTTP port (library use); 0: any free port. It listens on ``host``
             # unless ``http_host`` says otherwise (Hadoop's dfs.journalnode.http-bind-host).
             if http_port is not None:
-                self.http = NodeHttpServer(self.http_host, http_port, self.metrics)
+                self.http = NodeHttpServer(
+                    self.http_host, http_port, self.metrics, tls=http_tls, timeout=self.limits.hello_timeout,
+                    max_connections=self.limits.max_http_connections,
+                )  # fmt: skip
             # The control port is bound last: gRPC keeps a port it bound until the server has run,
             # so nothing may fail after it (Hadoop's HDFS-12407: a failed start kept its RPC port).
             # A connection that has not finished its handshake (TLS included) within the data plane's
@@ -289,9 +311,16 @@ class JournalNode:
         log.info(
             "JournalNode serving %s: control %s (advertised %s, %s), data %s (advertised %s), http %s",
             self.data_dir, self.rpc_bind_address, self.rpc_address, self._security(), self.data_bind_address,
-            self.data_address, self.http_address or "off",
+            self.data_address, self._http_description(),
         )  # fmt: skip
         return self
+
+    def _http_description(self) -> str:
+        if self.http is None:
+            return "off"
+        if self.http.scheme == "http":
+            return f"{self.http_address} (plaintext)"
+        return f"{self.http_address} (HTTPS, client certificates {self.http_client_auth})"
 
     def _security(self) -> str:
         if self.tls is None:

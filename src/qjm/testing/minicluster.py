@@ -25,6 +25,7 @@ from types import TracebackType
 from qjm.server.node import JournalNode
 from qjm.testing.certs import Pki
 from qjm.testing.faults import ServerFaults
+from qjm.testing.http_client import HttpsClient, http_get
 
 READY_TIMEOUT = 120.0  # a node process imports gRPC first: seconds each on a loaded 2-core machine
 
@@ -92,9 +93,11 @@ class MiniJournalCluster:
         env: dict[str, str] | None = None,
         pki: Pki | None = None,
         sync_interval: float = 0.0,
+        http_client_auth: str = "optional",
     ) -> None:
         """``pki``: node ``i`` serves mutual TLS with ``pki.nodes[i]`` (no ``[authz]`` table: every
-        certificate of the CA may do everything); clients then need ``tls=`` (``client_tls``)."""
+        certificate of the CA may do everything); clients then need ``tls=`` (``client_tls``), and
+        the HTTP ports serve HTTPS (``http_client``), a client certificate ``http_client_auth``."""
         self._own_dir = base_dir is None
         self.base_dir = base_dir or tempfile.mkdtemp(prefix="qjm-cluster-")
         self.journal_id = journal_id
@@ -102,6 +105,7 @@ class MiniJournalCluster:
         self.host = host
         self.env = env
         self.pki = pki
+        self.http_client_auth = http_client_auth
         self.sync_interval = sync_interval  # > 0: every node catches up from the others (design §4.4)
         faults = server_faults or {}
         self.nodes = [
@@ -145,6 +149,20 @@ class MiniJournalCluster:
     def http_address(self, i: int) -> str:
         """Where node ``i`` serves /metrics, /health and /status."""
         return f"{self.host}:{self.nodes[i].http_port}"
+
+    @property
+    def http_client(self) -> HttpsClient | None:
+        """How to reach the HTTP ports: None (plain HTTP) without a PKI; with one HTTPS, trusting its
+        CA, with a certificate of the CA when the nodes require one (a client's, else node 0's)."""
+        if self.pki is None:
+            return None
+        if self.http_client_auth != "required":
+            return HttpsClient(self.pki.ca_file)
+        return HttpsClient.of(next(iter(self.pki.clients.values()), self.pki.nodes[0]))
+
+    def http_get(self, i: int, path: str, headers: dict[str, str] | None = None) -> tuple[int, bytes, str]:
+        """(status, body, content type) of a GET on node ``i``'s HTTP port, over HTTPS with a PKI."""
+        return http_get(self.http_address(i), path, https=self.http_client, headers=headers)
 
     def node_dir(self, i: int) -> str:
         return self.nodes[i].data_dir
@@ -194,6 +212,7 @@ class MiniJournalCluster:
             n.inproc = JournalNode(
                 n.data_dir, host=self.host, rpc_port=n.rpc_port, data_port=n.data_port, hooks=hooks,
                 http_port=n.http_port, tls=self.pki.nodes[i] if self.pki is not None else None,
+                http_client_auth=self.http_client_auth,
                 peers=self.addresses if self.sync_interval > 0 else None, sync_interval=self.sync_interval,
             ).start()  # fmt: skip
             return
@@ -208,6 +227,7 @@ class MiniJournalCluster:
         if self.pki is not None:
             tls = self.pki.nodes[i]
             cmd += ["--tls-ca", tls.ca_file, "--tls-cert", tls.cert_file, "--tls-key", tls.key_file]
+            cmd += ["--http-client-auth", self.http_client_auth]
         if self.sync_interval > 0:
             cmd += ["--peers", ",".join(self.addresses), "--sync-interval", str(self.sync_interval)]
         env = dict(os.environ, **(self.env or {}))

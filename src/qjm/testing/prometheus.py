@@ -3,7 +3,9 @@
 ``scripts/install-system-deps.sh`` installs the package without starting it as a service; this
 starts one server per test on loopback, scraping the given targets every ``interval``, with its
 database in a temporary directory, and stops it (SIGTERM, by its pid) afterwards. Queries go
-through the HTTP API, as a dashboard's would.
+through the HTTP API, as a dashboard's would. A job given an ``HttpsClient`` is scraped over HTTPS
+(nodes with TLS, design §9.5): ``scheme: https`` and a ``tls_config`` with the CA, and the client
+certificate when the client has one.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from qjm.testing.http_client import HttpsClient, http_get
 from qjm.testing.minicluster import READY_TIMEOUT, free_port
 from qjm.testing.processes import stop_process
 
@@ -33,10 +36,13 @@ def available() -> bool:
     return shutil.which(BINARY) is not None
 
 
-def scrape(address: str, path: str = "/metrics") -> dict[str, float]:
-    """Every sample of ``http://address/metrics``, keyed ``name{label="value",...}`` (labels sorted)."""
-    with urllib.request.urlopen(f"http://{address}{path}", timeout=10) as r:
-        text = r.read().decode()
+def scrape(address: str, path: str = "/metrics", *, https: HttpsClient | None = None) -> dict[str, float]:
+    """Every sample of ``http://address/metrics`` (``https://`` with ``https``), keyed
+    ``name{label="value",...}`` (labels sorted)."""
+    status, body, _ = http_get(address, path, https=https)
+    if status != 200:
+        raise RuntimeError(f"{address}{path} answered {status}: {body[:200]!r}")
+    text = body.decode()
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
@@ -46,16 +52,32 @@ def scrape(address: str, path: str = "/metrics") -> dict[str, float]:
 
 
 class PrometheusServer:
-    """``with PrometheusServer({"nodes": [...], "writer": [...]}) as p: p.query("up")``"""
+    """``with PrometheusServer({"nodes": [...], "writer": [...]}) as p: p.query("up")``; ``https``
+    names the jobs scraped over HTTPS, with the CA and certificate of each."""
 
-    def __init__(self, jobs: dict[str, Sequence[str]], *, interval: str = "500ms") -> None:
+    def __init__(
+        self,
+        jobs: dict[str, Sequence[str]],
+        *,
+        interval: str = "500ms",
+        https: Mapping[str, HttpsClient] | None = None,
+    ) -> None:
+        https = dict(https or {})
+        unknown = set(https) - set(jobs)
+        if unknown:
+            raise ValueError(f"https names jobs that are not scraped: {sorted(unknown)}")
         self.dir = tempfile.mkdtemp(prefix="qjm-prometheus-")
         self.port = free_port()
-        scrape_configs = [
+        scrape_configs: list[dict[str, object]] = [
             {"job_name": job, "scrape_interval": interval, "scrape_timeout": interval,
              "static_configs": [{"targets": list(targets)}]}
             for job, targets in jobs.items()
         ]  # fmt: skip
+        for job in scrape_configs:
+            client = https.get(str(job["job_name"]))
+            if client is not None:
+                job["scheme"] = "https"
+                job["tls_config"] = client.prometheus_tls_config()
         config = os.path.join(self.dir, "prometheus.yml")
         with open(config, "w") as f:
             json.dump({"global": {"scrape_interval": interval}, "scrape_configs": scrape_configs}, f)  # JSON is YAML
