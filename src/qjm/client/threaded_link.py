@@ -23,6 +23,8 @@ from qjm.security.tls import TlsConfig
 
 __all__ = ["ThreadedLink"]
 
+_THREAD_END = 5.0  # seconds close() waits for the threads, which end as soon as the socket is shut down
+
 
 class ThreadedLink:
     """One TCP connection to a node's data plane: a sender thread, a receiver thread, cumulative acks."""
@@ -56,6 +58,12 @@ class ThreadedLink:
         self._on_fail = on_fail
         self.failed: BaseException | None = None  # set with the PendingBatches' failure
         self.closed = False
+        # The descriptor is closed by the last of: _release and the two threads' ends (_leave).
+        # Closed while a thread may still call into the socket, its number could be reused at once
+        # (a pipe, a segment file) and an SSL session bound to that number would read or write there.
+        self._close_lock = threading.Lock()
+        self._running = 2
+        self._released = False
         self._q.put(wire.encode_hello(journal_id))
         self._sender = threading.Thread(target=self._send_loop, name=f"qjm-send-{name}", daemon=True)
         self._receiver = threading.Thread(target=self._recv_loop, name=f"qjm-recv-{name}", daemon=True)
@@ -101,6 +109,8 @@ class ThreadedLink:
             self._fail(TlsError(f"{self.name}: data plane TLS session failed: {e}"))
         except OSError as e:
             self._fail(NodeUnavailableError(f"{self.name}: data plane send failed: {e}"))
+        finally:
+            self._leave()
 
     def _recv_loop(self) -> None:
         buf = bytearray()
@@ -117,6 +127,16 @@ class ThreadedLink:
             elif isinstance(e, OSError) and not isinstance(e, QJMError):
                 e = NodeUnavailableError(f"{self.name}: data plane receive failed: {e}")
             self._fail(e)
+        finally:
+            self._leave()
+
+    def _leave(self) -> None:
+        """A thread of the link has stopped using the socket."""
+        with self._close_lock:
+            self._running -= 1
+            last = self._released and self._running == 0
+        if last:
+            self._sock.close()
 
     def _fail(self, e: BaseException) -> None:
         if self._batches.fail(e):
@@ -131,10 +151,22 @@ class ThreadedLink:
         self._release()
 
     def _release(self) -> None:
-        """Stop both threads and close the socket (again is harmless)."""
+        """Stop both threads and close the socket once neither uses it (again is harmless).
+
+        Shutting the connection down ends the receiver's recv and the sender's sendall at once; a
+        caller other than the link's own threads waits for both (briefly), so that the descriptor
+        is closed when ``close()`` returns."""
         self._q.put(None)
         try:
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
-        self._sock.close()
+        me = threading.current_thread()
+        if me is not self._sender and me is not self._receiver:
+            self._sender.join(_THREAD_END)
+            self._receiver.join(_THREAD_END)
+        with self._close_lock:
+            self._released = True
+            last = self._running == 0
+        if last:
+            self._sock.close()
