@@ -95,6 +95,10 @@ class Logger(Protocol):
 
     def new_epoch(self, ns: NamespaceInfo, epoch: int) -> Future[NewEpochResponse]: ...
 
+    def prepare_link(self) -> None:
+        """Connect the first segment's data link as soon as the node's address is known."""
+        ...
+
     def start_log_segment(self, txid: int) -> Future[None]: ...
 
     def finalize_log_segment(self, start: int, end: int, copy_epoch: int = 0) -> Future[None]: ...
@@ -155,6 +159,11 @@ class LoggerSet:
     def set_committed_txid(self, txid: int) -> None:
         for lg in self.loggers:
             lg.set_committed_txid(txid)
+
+    def prepare_links(self) -> None:
+        """A writer is taking over: every node's first data link may connect during fencing."""
+        for lg in self.loggers:
+            lg.prepare_link()
 
     def announce_committed(self) -> None:
         """Send the committed txid to the nodes now (design §3.1). A set whose nodes serve no

@@ -171,6 +171,8 @@ class QuorumJournalManager:
         """
         if self.active:
             raise QJMError("already the active writer")
+        # The first segment's links connect while fencing and recovery run (design §1.4).
+        self.loggers.prepare_links()
         self.create_new_unique_epoch()
         replies = self._new_epoch_replies
         starts = [r.last_segment_txid for r in replies.values() if r.last_segment_txid is not None]
