@@ -9,8 +9,10 @@ import subprocess
 import sys
 
 import qjm
+from qjm.client.channel import RemoteLogger
 from qjm.client.loggers import CallHooks
 from qjm.client.manager import QuorumJournalManager
+from qjm.client.writer import Writer
 from qjm.testing.minicluster import MiniJournalCluster
 from qjm.testing.util import eventually, read_all
 
@@ -92,3 +94,32 @@ def test_a_manager_that_fences_and_closes_leaves_no_link_behind(icluster: MiniJo
     finally:
         m.close()
     eventually(lambda: all(s.connection_count() == 0 for s in servers), what="links closed with the manager")
+
+
+def test_a_link_connected_early_that_ended_is_replaced_at_the_start(icluster: MiniJournalCluster) -> None:
+    """A node may drop the connection made during fencing before the segment starts: the start
+    connects again, and the node takes the segment's batches."""
+    old = qjm.open_writer(icluster.uri, create=True)
+    old.append(b"a")
+    old.sync()
+    old.close()
+    m = QuorumJournalManager(icluster.uri)
+    last = m.recover_unfinalized_segments()
+    early = []
+    for lg in m.loggers.loggers:
+        assert isinstance(lg, RemoteLogger) and lg._early is not None
+        link = lg._early.result(timeout=30)
+        link.close()  # as a node closing it would: the link has failed
+        early.append(link)
+    w = Writer(m, last)
+    try:
+        w.append(b"b")
+        w.sync()
+        assert all(lg.current_link is not None for lg in m.loggers.loggers if isinstance(lg, RemoteLogger))
+        assert not any(
+            lg.current_link is link for lg in m.loggers.loggers if isinstance(lg, RemoteLogger) for link in early
+        )
+        assert all(not lg.out_of_sync for lg in m.loggers.loggers)
+    finally:
+        w.close()
+    assert [r for _, r in read_all(icluster.uri)] == [b"a", b"b"]
