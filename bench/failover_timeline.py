@@ -173,8 +173,12 @@ def measure(rounds: int, trees: list[str]) -> dict[str, list[dict[str, Any]]]:
             kinds: list[tuple[str, Callable[[], dict[str, Any]]]] = []
             for tree in trees:
                 path, hinted = tree.removesuffix("+hint"), tree.endswith("+hint")
-                epoch = str(w.epoch if hinted else 0)
-                kinds.append((f"cold:{tree}", lambda p=path, e=epoch: take_over(lambda: _child(["cold", c.uri, e], p))))
+
+                def cold_run(p: str = path, hinted: bool = hinted) -> dict[str, Any]:
+                    epoch = str(w.epoch if hinted else 0)  # the holder's epoch when this process starts
+                    return take_over(lambda: _child(["cold", c.uri, epoch], p))
+
+                kinds.append((f"cold:{tree}", cold_run))
             kinds += [
                 ("grpc1", lambda: _child(["grpc", c.uri, "1"], SRC)),
                 ("grpc3", lambda: _child(["grpc", c.uri, "3"], SRC)),
