@@ -1,6 +1,6 @@
 """A cold process's failover (its code imported, nothing else) loads no module on the way: every
 import it needs happens with the client's own modules, before the takeover is timed; and a taking
-over writer connects its first data links while it fences (design §1.4)."""
+over writer connects its first data links while it recovers (design §1.4)."""
 
 from __future__ import annotations
 
@@ -62,9 +62,10 @@ class _LinksAtStart(CallHooks):
                 self.connected[node] = True
 
 
-def test_a_takeover_connects_the_data_links_while_it_fences(icluster: MiniJournalCluster) -> None:
-    """The first segment's links are connected during fencing and recovery, not inside the start
-    (design §1.4): each node holds the new writer's connection before start_log_segment reaches it."""
+def test_a_takeover_connects_the_data_links_while_it_recovers(icluster: MiniJournalCluster) -> None:
+    """The first segment's links are connected during the recovery's last round, not inside the
+    start (design §1.4): each node holds the new writer's connection before start_log_segment
+    reaches it."""
     old = qjm.open_writer(icluster.uri, create=True)
     old.append(b"a")
     old.sync()
@@ -83,21 +84,23 @@ def test_a_takeover_connects_the_data_links_while_it_fences(icluster: MiniJourna
     assert [r for _, r in read_all(icluster.uri)] == [b"a", b"b"]
 
 
-def test_a_manager_that_fences_and_closes_leaves_no_link_behind(icluster: MiniJournalCluster) -> None:
+def test_a_manager_that_recovers_and_closes_leaves_no_link_behind(icluster: MiniJournalCluster) -> None:
     """Links connected for a first segment that never starts are closed with the manager."""
-    qjm.open_writer(icluster.uri, create=True).close()
+    old = qjm.open_writer(icluster.uri, create=True)
+    old.append(b"a")
+    old.close()  # a finalized segment: the takeover's recovery has a finalize round
     servers = [n.inproc.data_server for n in icluster.nodes if n.inproc is not None]
     m = QuorumJournalManager(icluster.uri)
     try:
         m.recover_unfinalized_segments()
-        eventually(lambda: all(s.connection_count() == 1 for s in servers), what="links connected while fencing")
+        eventually(lambda: all(s.connection_count() == 1 for s in servers), what="links connected while recovering")
     finally:
         m.close()
     eventually(lambda: all(s.connection_count() == 0 for s in servers), what="links closed with the manager")
 
 
 def test_a_link_connected_early_that_ended_is_replaced_at_the_start(icluster: MiniJournalCluster) -> None:
-    """A node may drop the connection made during fencing before the segment starts: the start
+    """A node may drop the connection made during recovery before the segment starts: the start
     connects again, and the node takes the segment's batches."""
     old = qjm.open_writer(icluster.uri, create=True)
     old.append(b"a")

@@ -94,8 +94,7 @@ class RemoteLogger(NodeStateView[Ticket]):
         self._reachable = False
         self._ping_failed_at = -1e9
         self._data_address = ""  # learnt from get_journal_state: spares a round before each link
-        self._link_wanted = False  # connect the first segment's link once the data address is known
-        self._early: Future[DataLink] | None = None  # that link, connecting or connected, not yet used
+        self._early: Future[DataLink] | None = None  # a link connected ahead of its segment's start
 
     def _rpc(self, op: str, request: Callable[[], Any], timeout: float) -> Any:
         """One unary call; a call that got no reply gets one more chance once the node answers a ping.
@@ -222,7 +221,6 @@ class RemoteLogger(NodeStateView[Ticket]):
         def go() -> JournalState:
             st = convert.state_from_pb(self._rpc("get_journal_state", self._jid, t))
             self._data_address = reachable_at(st.data_address, self.address.host)
-            self._connect_early()
             return st
 
         return self._call("get_journal_state", go)
@@ -235,7 +233,6 @@ class RemoteLogger(NodeStateView[Ticket]):
             reply = self._rpc("new_epoch", lambda: req, t)
             if reply.data_address:
                 self._data_address = reachable_at(reply.data_address, self.address.host)
-                self._connect_early()
             return convert.new_epoch_from_pb(reply)
 
         return self._call("new_epoch", go, what=f"new_epoch({epoch})")
@@ -258,7 +255,7 @@ class RemoteLogger(NodeStateView[Ticket]):
             if old is not None:
                 old.close()  # calls queued before this one (a finalize) have run: FIFO executor
             with self._lock:
-                connecting, self._early, self._link_wanted = self._early, None, False
+                connecting, self._early = self._early, None
             early = connecting is not None
             try:
                 # Connect the data plane while the node starts the segment (one round less on the
@@ -457,21 +454,15 @@ class RemoteLogger(NodeStateView[Ticket]):
         return self._connect_link(self._data_address)
 
     def prepare_link(self) -> None:
-        """Connect the data link of the first segment this writer starts as soon as the node's data
-        address is known (the reply to fencing's first call), so that the connection is made while
-        fencing and recovery run, not inside the start (design §1.4). The link carries nothing
-        until the start of that segment succeeded, as a link connected beside the start."""
+        """Start connecting the data link of the next segment this writer starts, at the data
+        address fencing learnt (none known yet: the start connects it), so that the connection is
+        made while a recovery round runs, not inside the start (design §1.4). The link carries
+        nothing until the start of that segment succeeded, as a link connected beside the start."""
         with self._lock:
-            self._link_wanted = True
-        self._connect_early()
-
-    def _connect_early(self) -> None:
-        with self._lock:
-            if not self._link_wanted or not self._data_address or self._closed:
+            if self._early is not None or self._link is not None or not self._data_address or self._closed:
                 return
-            self._link_wanted = False
-            # The future is set under the lock: a start that runs meanwhile takes it (or closes
-            # it, with the logger), so the connection is never left behind unused.
+            # Set under the lock: a start that runs meanwhile takes it (or the logger's close
+            # closes it), so the connection is never left behind unused.
             self._early = self._io.beside(partial(self._connect_link, self._data_address))
 
     def _early_or_fresh(self, early: Future[DataLink]) -> DataLink:

@@ -96,7 +96,7 @@ class Logger(Protocol):
     def new_epoch(self, ns: NamespaceInfo, epoch: int) -> Future[NewEpochResponse]: ...
 
     def prepare_link(self) -> None:
-        """Connect the first segment's data link as soon as the node's address is known."""
+        """Start connecting the next segment's data link, at the address fencing learnt."""
         ...
 
     def start_log_segment(self, txid: int) -> Future[None]: ...
@@ -161,7 +161,8 @@ class LoggerSet:
             lg.set_committed_txid(txid)
 
     def prepare_links(self) -> None:
-        """A writer is taking over: every node's first data link may connect during fencing."""
+        """A writer taking over is waiting for a recovery round: the nodes' first data links
+        connect meanwhile."""
         for lg in self.loggers:
             lg.prepare_link()
 
