@@ -108,9 +108,12 @@ def test_a_link_connected_early_that_ended_is_replaced_at_the_start(icluster: Mi
     old.close()
     m = QuorumJournalManager(icluster.uri)
     last = m.recover_unfinalized_segments()
+    loggers = [lg for lg in m.loggers.loggers if isinstance(lg, RemoteLogger)]
+    # a node outside every quorum so far connects once its reply (with its data address) is in
+    eventually(lambda: all(lg._early is not None for lg in loggers), what="every node's link connecting")
     early = []
-    for lg in m.loggers.loggers:
-        assert isinstance(lg, RemoteLogger) and lg._early is not None
+    for lg in loggers:
+        assert lg._early is not None
         link = lg._early.result(timeout=30)
         link.close()  # as a node closing it would: the link has failed
         early.append(link)
