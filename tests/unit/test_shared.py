@@ -154,17 +154,6 @@ def test_workers_are_kept_and_reused() -> None:
     assert w._threads == 1
 
 
-def test_worker_threads_are_named_daemons_known_to_threading() -> None:
-    """Started without threading.Thread, a call thread still shows in threading.enumerate() under
-    its name, and does not hold the interpreter's exit."""
-    w = shared._Workers(4)
-    seen: list[threading.Thread] = []
-    done = threading.Event()
-    w.run(lambda: (seen.append(threading.current_thread()), done.set()))
-    assert done.wait(10)
-    assert seen[0].name == "qjm-call-1" and seen[0].daemon and seen[0] in threading.enumerate()
-
-
 def test_workers_beyond_the_limit_wait_their_turn() -> None:
     w = shared._Workers(2)
     gate = threading.Event()
