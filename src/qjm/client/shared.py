@@ -21,7 +21,6 @@ channels must not be used across one) and builds its own on first use.
 
 from __future__ import annotations
 
-import _thread
 import collections
 import logging
 import os
@@ -87,13 +86,9 @@ class _Workers:
                 self._backlog += 1
             self._queue.put(job)
         if spawn:
-            # Not threading.Thread.start(): it waits until the new thread runs, and on a busy
-            # machine that wait (the thread scheduled, then given the GIL) holds back the caller,
-            # which is about to hand the next node its call. The thread names itself.
-            _thread.start_new_thread(self._loop, (f"qjm-call-{self._threads}",))
+            threading.Thread(target=self._loop, name=f"qjm-call-{self._threads}", daemon=True).start()
 
-    def _loop(self, name: str) -> None:
-        threading.current_thread().name = name
+    def _loop(self) -> None:
         while True:
             job = self._queue.get()
             try:
