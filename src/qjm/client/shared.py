@@ -138,26 +138,9 @@ def acquire_channel(
             ch, stub, refs = _channels[key]
         else:
             ch = open_channel(address, list(options), tls)
-            _connect_now(ch)
             stub, refs = make_stub(ch), 0
         _channels[key] = (ch, stub, refs + 1)
         return ch, stub
-
-
-def _connect_now(channel: grpc.Channel) -> None:
-    """Start connecting ``channel`` now rather than on its first call.
-
-    A channel connects lazily: a cold process's first round would wait for the TCP connect, the
-    HTTP/2 handshake and gRPC's own start-up of its first connection behind each node's call.
-    Started here, they run on gRPC's threads while this process makes its other channels and call
-    threads (about 0.6 ms of a cold takeover, design §1.4). grpc.Channel offers this only through
-    ``subscribe``, which polls from a thread of its own and spawns another per state change; the
-    Cython channel's ``check_connectivity_state(True)`` asks for the connection without a thread.
-    A grpc without it leaves the channel lazy, as before.
-    """
-    check = getattr(getattr(channel, "_channel", None), "check_connectivity_state", None)
-    if callable(check):
-        check(True)
 
 
 def release_channel(address: str, options: tuple[tuple[str, Any], ...], tls: TlsConfig | None = None) -> None:
