@@ -11,11 +11,9 @@ import threading
 import pytest
 
 import qjm
-from qjm.config import parse_uri
-from qjm.errors import QJMError, QuorumError
-from qjm.testing.faults import FaultPlan
+from qjm.errors import QJMError
 from qjm.testing.minicluster import MiniJournalCluster
-from qjm.testing.util import SETTLE_TIMEOUT, eventually, inspect_journal, txn_data, wait_for_every_node
+from qjm.testing.util import SETTLE_TIMEOUT, inspect_journal, txn_data, wait_for_every_node
 
 
 def test_time_closes_a_batch_without_sync(icluster: MiniJournalCluster) -> None:
@@ -112,22 +110,6 @@ def test_writer_continues_txids_after_failover(icluster: MiniJournalCluster) -> 
     b = qjm.open_writer(icluster.uri)
     assert b.last_txid == 3 and b.append(b"4") == 4
     b.close()
-
-
-def test_a_writer_whose_first_start_fails_leaves_no_batch_timer(icluster: MiniJournalCluster) -> None:
-    """The batch timer starts while the nodes start the first segment; when no quorum starts it,
-    open_writer fails and the timer's thread ends with the writer."""
-    qjm.open_writer(icluster.uri, create=True).close()
-    timers_before = {t for t in threading.enumerate() if t.name == "qjm-batch-timer"}
-    plan = FaultPlan()
-    for node in [str(a) for a in parse_uri(icluster.uri).nodes][:2]:
-        plan.fail_before(node, "start_log_segment")
-    with pytest.raises(QuorumError):
-        qjm.open_writer(icluster.uri, hooks=plan)
-    eventually(
-        lambda: not {t for t in threading.enumerate() if t.name == "qjm-batch-timer"} - timers_before,
-        what="the failed writer's batch timer ended",
-    )
 
 
 def test_a_stale_data_address_is_asked_again(icluster: MiniJournalCluster) -> None:

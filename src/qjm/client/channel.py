@@ -94,8 +94,6 @@ class RemoteLogger(NodeStateView[Ticket]):
         self._reachable = False
         self._ping_failed_at = -1e9
         self._data_address = ""  # learnt from get_journal_state: spares a round before each link
-        self._early: Future[DataLink] | None = None  # a link connected ahead of its segment's start
-        self._link_wanted = False  # asked for one before the data address was known
 
     def _rpc(self, op: str, request: Callable[[], Any], timeout: float) -> Any:
         """One unary call; a call that got no reply gets one more chance once the node answers a ping.
@@ -221,7 +219,7 @@ class RemoteLogger(NodeStateView[Ticket]):
 
         def go() -> JournalState:
             st = convert.state_from_pb(self._rpc("get_journal_state", self._jid, t))
-            self._learnt(reachable_at(st.data_address, self.address.host))
+            self._data_address = reachable_at(st.data_address, self.address.host)
             return st
 
         return self._call("get_journal_state", go)
@@ -233,7 +231,7 @@ class RemoteLogger(NodeStateView[Ticket]):
         def go() -> NewEpochResponse:
             reply = self._rpc("new_epoch", lambda: req, t)
             if reply.data_address:
-                self._learnt(reachable_at(reply.data_address, self.address.host))
+                self._data_address = reachable_at(reply.data_address, self.address.host)
             return convert.new_epoch_from_pb(reply)
 
         return self._call("new_epoch", go, what=f"new_epoch({epoch})")
@@ -255,21 +253,17 @@ class RemoteLogger(NodeStateView[Ticket]):
                 old, self._link = self._link, None
             if old is not None:
                 old.close()  # calls queued before this one (a finalize) have run: FIFO executor
-            with self._lock:
-                connecting, self._early, self._link_wanted = self._early, None, False
-            early = connecting is not None
+            connecting: Future[DataLink] | None = None
             try:
                 # Connect the data plane while the node starts the segment (one round less on the
-                # way to the first commit), unless fencing already connected it; no frame is sent
-                # on it before the start succeeded.
-                if connecting is None:
-                    connecting = self._io.beside(self._open_link)
+                # way to the first commit); no frame is sent on it before the start succeeded.
+                connecting = self._io.beside(self._open_link)
                 self._rpc(
                     "start_log_segment",
                     lambda: pb.StartLogSegmentRequest(req=self._request(), txid=txid),
                     t,
                 )
-                link = self._early_or_fresh(connecting) if early else connecting.result()
+                link = connecting.result()
             except BaseException:
                 if connecting is not None:
                     connecting.add_done_callback(_close_unused_link)
@@ -454,42 +448,6 @@ class RemoteLogger(NodeStateView[Ticket]):
         self._data_address = reachable_at(st.data_address, self.address.host)
         return self._connect_link(self._data_address)
 
-    def prepare_link(self) -> None:
-        """Start connecting the data link of the next segment this writer starts, at the data
-        address fencing learnt (none known yet: the start connects it), so that the connection is
-        made while a recovery round runs, not inside the start (design §1.4). The link carries
-        nothing until the start of that segment succeeded, as a link connected beside the start."""
-        with self._lock:
-            if self._early is not None or self._link is not None or self._closed:
-                return
-            if not self._data_address:
-                # A node outside the quorums so far: its reply, still on the way, brings the address.
-                self._link_wanted = True
-                return
-            self._link_wanted = False
-            # Set under the lock: a start that runs meanwhile takes it (or the logger's close
-            # closes it), so the connection is never left behind unused.
-            self._early = self._io.beside(partial(self._connect_link, self._data_address))
-
-    def _learnt(self, data_address: str) -> None:
-        """The data address a reply named; a link asked for before it came connects now."""
-        self._data_address = data_address
-        if self._link_wanted:
-            self.prepare_link()
-
-    def _early_or_fresh(self, early: Future[DataLink]) -> DataLink:
-        """The link connected during fencing, if it connected and is still up; else a new one."""
-        try:
-            link = early.result()
-        except QJMError as e:
-            log.info("%s: the data link connected early failed (%s); connecting again", self._name, e)
-            return self._open_link()
-        if link.failed is None:
-            return link
-        log.info("%s: the data link connected early ended (%s); connecting again", self._name, link.failed)
-        link.close()
-        return self._open_link()
-
     def _connect_link(self, data_address: str) -> DataLink:
         return self._io.open_link(data_address, self._link_failed, report_acks=not self.native_acks)
 
@@ -639,10 +597,6 @@ class RemoteLogger(NodeStateView[Ticket]):
             deadline = time.monotonic() + grace
             wait([self._io.submit("close", lambda: None)], timeout=grace)
             self.wait_for_batches(max(0.0, deadline - time.monotonic()))
-        with self._lock:
-            self._closed = True
-            early, self._early = self._early, None
-        if early is not None:
-            early.add_done_callback(_close_unused_link)
+        self._closed = True
         self._close_link()
         self._io.shutdown()

@@ -95,10 +95,6 @@ class Logger(Protocol):
 
     def new_epoch(self, ns: NamespaceInfo, epoch: int) -> Future[NewEpochResponse]: ...
 
-    def prepare_link(self) -> None:
-        """Start connecting the next segment's data link, at the address fencing learnt."""
-        ...
-
     def start_log_segment(self, txid: int) -> Future[None]: ...
 
     def finalize_log_segment(self, start: int, end: int, copy_epoch: int = 0) -> Future[None]: ...
@@ -159,12 +155,6 @@ class LoggerSet:
     def set_committed_txid(self, txid: int) -> None:
         for lg in self.loggers:
             lg.set_committed_txid(txid)
-
-    def prepare_links(self) -> None:
-        """A writer taking over is waiting for a recovery round: the nodes' first data links
-        connect meanwhile."""
-        for lg in self.loggers:
-            lg.prepare_link()
 
     def announce_committed(self) -> None:
         """Send the committed txid to the nodes now (design §3.1). A set whose nodes serve no

@@ -216,24 +216,17 @@ class QuorumJournalManager:
             how = f"accepted in epoch {reply.accepted_in_epoch}" if reply.accepted_in_epoch else "best on disk"
             log.info("journal %s: recovering segment %s from %s (%s)", self.journal_id, state, source, how)
             url = self.loggers.by_name(source).source_url
-            accept = self.loggers.call(lambda lg: lg.accept_recovery(state, url))
-            self._links_meanwhile()
-            accept.wait_for_write_quorum(self.config.timeouts.accept_recovery, f"accept_recovery({state})")
+            self.loggers.call(lambda lg: lg.accept_recovery(state, url)).wait_for_write_quorum(
+                self.config.timeouts.accept_recovery, f"accept_recovery({state})"
+            )
         # Naming the copy (its last frame's epoch) lets a node that missed the accept but holds the
         # very same copy finalize it, and refuses any other copy of the same length.
-        finalize = self.loggers.call(lambda lg: lg.finalize_log_segment(state.start_txid, state.end_txid, state.epoch))
-        self._links_meanwhile()
-        finalize.wait_for_write_quorum(
+        self.loggers.call(
+            lambda lg: lg.finalize_log_segment(state.start_txid, state.end_txid, state.epoch)
+        ).wait_for_write_quorum(
             self.config.timeouts.finalize_segment, f"finalize_log_segment({state.start_txid}, {state.end_txid})"
         )
         return state.end_txid
-
-    def _links_meanwhile(self) -> None:
-        """The round just sent waits for the nodes' disks: a writer that is taking over connects
-        the first segment's data links meanwhile (design §1.4). Not earlier: the CPU the connects
-        take would hold back the handling of the replies that make a quorum."""
-        if not self.active:
-            self.loggers.prepare_links()
 
     def _choose_source(
         self, prepared: Mapping[str, PrepareRecoveryResponse]

@@ -95,18 +95,9 @@ class Writer:
         self._purged_below = 0  # the highest bound this writer's retention sent
         self.rolls = 0  # segments finalized by roll(), by hand or by size or age
         self._commit_seconds = Histogram()
-        # The batch timer's thread is started while the nodes start the first segment: starting a
-        # thread waits until it runs, time a takeover need not spend after the start's quorum.
-        starting = self.qjm.begin_log_segment(self._next_txid)
+        self._start_segment(self._next_txid)
         self._flusher = threading.Thread(target=self._flush_by_time, name="qjm-batch-timer", daemon=True)
         self._flusher.start()
-        try:
-            self._start_segment(self._next_txid, starting)
-        except BaseException:
-            with self._lock:  # the timer ends with the writer that never started
-                self._closed = True
-                self._batch_opened.notify_all()
-            raise
 
     # -- public API --------------------------------------------------------------------------
 
@@ -263,9 +254,9 @@ class Writer:
             log.error("journal %s: writer in epoch %d failed: %s", self.qjm.journal_id, self.epoch, e)
         return self._error
 
-    def _start_segment(self, txid: int, starting: QuorumCall[None]) -> None:
+    def _start_segment(self, txid: int) -> None:
         try:
-            starting.wait_for_write_quorum(self.config.timeouts.start_segment, f"start_log_segment({txid})")
+            self.qjm.start_log_segment(txid)
         except QuorumError as e:
             raise self._fail(_as_fenced(e)) from None
         self._new_segment(txid)
