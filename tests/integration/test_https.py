@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import socket
 import ssl
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from qjm.errors import ConfigError
-from qjm.security.tls import TlsConfig
 from qjm.server.limits import NodeLimits
 from qjm.server.node import JournalNode
 from qjm.testing import prometheus
@@ -22,7 +20,7 @@ from qjm.testing.certs import Pki
 from qjm.testing.http_client import HttpsClient, http_get
 from qjm.testing.minicluster import MiniJournalCluster
 from qjm.testing.prometheus import PrometheusServer, scrape
-from qjm.testing.util import eventually
+from qjm.testing.util import client_hello, closed_by_peer, eventually
 
 CLOSED_WITHIN = 30.0  # how long a refused connection may take to be closed on a loaded machine
 STALL_BOUND = 3.0  # a node's hello_timeout where a test waits for it: above a loaded machine's real handshake
@@ -70,21 +68,6 @@ def refused_by_tls(node: JournalNode, https: HttpsClient) -> Exception:
     return e.value
 
 
-def closed_by_peer(s: socket.socket, within: float) -> bool:
-    """True once the node closes ``s`` (EOF or reset; an alert or reply before it is read and skipped)."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        s.settimeout(max(deadline - time.monotonic(), 0.01))
-        try:
-            if not s.recv(4096):
-                return True
-        except TimeoutError:
-            return False
-        except ConnectionResetError:
-            return True
-    return False
-
-
 def still_open(s: socket.socket) -> bool:
     """True if the node has neither closed ``s`` nor sent anything on it."""
     s.setblocking(False)
@@ -95,15 +78,6 @@ def still_open(s: socket.socket) -> bool:
     finally:
         s.settimeout(CLOSED_WITHIN)
     return False
-
-
-def client_hello(tls: TlsConfig) -> bytes:
-    """The first flight of a real TLS client: its ClientHello."""
-    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-    conn = tls.client_ssl_context().wrap_bio(incoming, outgoing, server_hostname="localhost")
-    with pytest.raises(ssl.SSLWantReadError):
-        conn.do_handshake()
-    return outgoing.read()
 
 
 def test_https_scrape_with_the_ca_and_refusals_that_leave_the_node_serving(tls_node: NodeFactory, pki: Pki) -> None:

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import os
 import socket
-import ssl
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,7 +32,7 @@ from qjm.server.limits import NodeLimits
 from qjm.server.node import JournalNode, fetch_segment
 from qjm.testing.certs import Pki
 from qjm.testing.minicluster import MiniJournalCluster
-from qjm.testing.util import eventually
+from qjm.testing.util import client_hello, closed_by_peer, eventually
 
 JID = "orders"
 GRANTS = {
@@ -202,34 +200,10 @@ def _unknown_client(pki: Pki) -> TlsConfig:
     return TlsConfig(f.ca_file, f.cert_file, f.key_file)
 
 
-def _client_hello(tls: TlsConfig) -> bytes:
-    """The first flight of a real TLS client: its ClientHello."""
-    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-    conn = tls.client_ssl_context().wrap_bio(incoming, outgoing, server_hostname="localhost")
-    with pytest.raises(ssl.SSLWantReadError):
-        conn.do_handshake()
-    return outgoing.read()
-
-
-def _closed_by_peer(s: socket.socket, within: float) -> bool:
-    """True once the node closes ``s`` (EOF or reset; an alert before it is read and skipped)."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        s.settimeout(max(deadline - time.monotonic(), 0.01))
-        try:
-            if not s.recv(4096):
-                return True
-        except TimeoutError:
-            return False
-        except ConnectionResetError:
-            return True
-    return False
-
-
 def test_stalled_and_garbage_handshakes_are_closed_and_the_node_serves_others(tls_cluster: Cluster, pki: Pki) -> None:
     format_journal(tls_cluster.uri, pki.clients["ops"])
     node = tls_cluster.nodes[0]
-    hello = _client_hello(pki.clients["alice"])
+    hello = client_hello(pki.clients["alice"])
     attackers: dict[str, socket.socket] = {}
     for name, payload in (
         ("silent", b""),
@@ -243,7 +217,7 @@ def test_stalled_and_garbage_handshakes_are_closed_and_the_node_serves_others(tl
     try:
         write(tls_cluster.uri, pki.clients["alice"], b"served while stalled")  # the node answers others meanwhile
         for name, s in attackers.items():  # each is dropped once the handshake time is up (or at once)
-            assert _closed_by_peer(s, 30 * HANDSHAKE_TIMEOUT), name
+            assert closed_by_peer(s, 30 * HANDSHAKE_TIMEOUT), name
     finally:
         for s in attackers.values():
             s.close()

@@ -122,6 +122,19 @@ def until_acked(events: queue.Queue[tuple[int, int, str, object]], link: int, tx
             return
 
 
+def hello_over_tls(f: Any, engine: ModuleType, node: Node, pki: Pki) -> tuple[socket.socket, int]:
+    """A TLS link of ``engine`` to ``node``, as alice, that has sent its hello; the node has read
+    alice's identity from her verified certificate, and the journal id."""
+    sock = socket.create_connection(("127.0.0.1", node.port), timeout=WAIT)
+    alice = pki.clients["alice"]
+    tls = engine.TlsClient(alice.ca_file, alice.cert_file, alice.key_file)
+    link = f.add_link(sock, tls=tls, server_name="127.0.0.1", timeout=WAIT)
+    assert f.send(link, wire.encode_hello("j1")) == 0
+    assert node.outcome.get(timeout=WAIT) == "alice"
+    assert node.outcome.get(timeout=WAIT) == "j1"
+    return sock, link
+
+
 def test_a_tls_link_delivers_every_frame_in_order_and_carries_the_acks(
     pki: Pki, engine: ModuleType, receiver: ModuleType, loop: tuple[Any, Any]
 ) -> None:
@@ -130,12 +143,7 @@ def test_a_tls_link_delivers_every_frame_in_order_and_carries_the_acks(
     whichever receiver; the node's acks come back through the session."""
     f, events = loop
     node = Node(pki.nodes[0], receiver)
-    sock = socket.create_connection(("127.0.0.1", node.port), timeout=WAIT)
-    tls = engine.TlsClient(pki.clients["alice"].ca_file, pki.clients["alice"].cert_file, pki.clients["alice"].key_file)
-    link = f.add_link(sock, tls=tls, server_name="127.0.0.1", timeout=WAIT)
-    assert f.send(link, wire.encode_hello("j1")) == 0
-    assert node.outcome.get(timeout=WAIT) == "alice"  # the writer's identity, from its verified certificate
-    assert node.outcome.get(timeout=WAIT) == "j1"
+    sock, link = hello_over_tls(f, engine, node, pki)
     sent = []
     for t in range(1, 201):
         fr = frame(t, size=3 << 20 if t in (50, 51) else 10 + t)
@@ -155,18 +163,13 @@ def test_a_tls_link_delivers_every_frame_in_order_and_carries_the_acks(
 def test_a_burst_behind_a_full_socket_arrives_in_order_and_lets_go_of_every_batch(
     pki: Pki, engine: ModuleType, receiver: ModuleType, loop: tuple[Any, Any]
 ) -> None:
-    """A writer that pipelines faster than the socket drains: the batches sent while earlier
-    ciphertext still waits are queued as plaintext and encrypted as the socket drains (the native
-    loop's thread), commit notices between them; every byte arrives in order, and the link holds
-    no batch once the node has acknowledged it (the references come back, nothing leaks)."""
+    """A writer that pipelines faster than the socket drains: the ciphertext of the batches sent
+    meanwhile waits in the link's buffer, commit notices between them; every byte arrives in
+    order, and the link holds no batch once the node has acknowledged it (the references come
+    back, nothing leaks)."""
     f, events = loop
     node = Node(pki.nodes[0], receiver)
-    sock = socket.create_connection(("127.0.0.1", node.port), timeout=WAIT)
-    tls = engine.TlsClient(pki.clients["alice"].ca_file, pki.clients["alice"].cert_file, pki.clients["alice"].key_file)
-    link = f.add_link(sock, tls=tls, server_name="127.0.0.1", timeout=WAIT)
-    assert f.send(link, wire.encode_hello("j1")) == 0
-    assert node.outcome.get(timeout=WAIT) == "alice"
-    assert node.outcome.get(timeout=WAIT) == "j1"
+    sock, link = hello_over_tls(f, engine, node, pki)
     sent = [frame(t, size=(1 << 20) + t) for t in range(1, 41)]  # 40 MiB: far past the socket buffers
     base = [sys.getrefcount(fr) for fr in sent]
     for t in range(1, 41):

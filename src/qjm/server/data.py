@@ -40,6 +40,7 @@ from qjm.server.frame_memory import FrameMemory
 from qjm.server.journal import Journal
 from qjm.server.limits import NodeLimits
 from qjm.server.registry import JournalRegistry
+from qjm.server.sockets import DRAIN_SECONDS, TLS_HANDSHAKE_RECORD, drain
 
 log = logging.getLogger("qjm.data")
 
@@ -70,23 +71,6 @@ def _set_receive_timeout(sock: socket.socket, seconds: float) -> None:
     0 clears the timeout."""
     whole = int(seconds)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", whole, int((seconds - whole) * 1e6)))
-
-
-_TLS_HANDSHAKE_RECORD = 0x16  # the first byte of every TLS ClientHello
-_DRAIN_SECONDS = 1.0
-
-
-def _drain(sock: socket.socket) -> None:
-    """Read and drop what the peer still sends, until it hangs up or for at most a second: closing
-    with unread bytes would reset the connection, and the peer could lose the refusal sent it."""
-    deadline = time.monotonic() + _DRAIN_SECONDS
-    try:
-        while (left := deadline - time.monotonic()) > 0:
-            sock.settimeout(left)
-            if not sock.recv(65536):
-                return
-    except OSError:
-        pass
 
 
 class _Conn(socketserver.BaseRequestHandler):
@@ -122,11 +106,11 @@ class _Conn(socketserver.BaseRequestHandler):
             return False
         if not first:
             return False
-        if first[0] != _TLS_HANDSHAKE_RECORD:
+        if first[0] != TLS_HANDSHAKE_RECORD:
             err = TlsError("this node's data plane requires TLS (mutual, with a certificate of its CA)")
             self.server.count_tls_refusal(self.client_address, "a peer that does not speak TLS")
             self._send_error(sock, rx, to_code(err), str(err), 0)
-            _drain(sock)
+            drain(sock, time.monotonic() + DRAIN_SECONDS)
             return False
         try:
             rx.handshake(tls, self.server.limits.hello_timeout)
@@ -136,7 +120,7 @@ class _Conn(socketserver.BaseRequestHandler):
                 sock.shutdown(socket.SHUT_WR)  # after the alert the session sent
             except OSError:
                 pass
-            _drain(sock)
+            drain(sock, time.monotonic() + DRAIN_SECONDS)
             return False
         return True
 

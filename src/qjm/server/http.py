@@ -42,6 +42,7 @@ from qjm.addresses import family_of
 from qjm.errors import ConfigError
 from qjm.security.tls import TlsConfig
 from qjm.server.metrics import NodeMetrics
+from qjm.server.sockets import DRAIN_SECONDS, TLS_HANDSHAKE_RECORD, drain
 
 log = logging.getLogger("qjm.http")
 
@@ -51,8 +52,6 @@ StartResponse = Callable[..., Any]
 CLIENT_AUTH = {"optional": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
 """``http_client_auth``: whether a client of the HTTPS port must present a certificate of the CA."""
 
-_TLS_HANDSHAKE_RECORD = 0x16  # the first byte of every TLS ClientHello
-_DRAIN_SECONDS = 1.0
 _NOT_TLS = (
     b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n"
     b"Content-Length: %d\r\n\r\n%s"
@@ -86,18 +85,6 @@ class _QuietHandler(WSGIRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s %s", self.address_string(), format % args)
-
-
-def _drain(sock: socket.socket, deadline: float) -> None:
-    """Read and drop what the client still sends until it hangs up, or until ``deadline``: closing
-    with unread bytes resets the connection, and the client could lose the reply sent it."""
-    try:
-        while (left := deadline - time.monotonic()) > 0:
-            sock.settimeout(left)
-            if not sock.recv(65536):
-                return
-    except OSError:
-        pass
 
 
 class _Server(ThreadingWSGIServer):
@@ -187,7 +174,7 @@ class _Server(ThreadingWSGIServer):
             log.debug("HTTP port %s: closed before a handshake", peer)
             sock.close()
             return None
-        if first[0] != _TLS_HANDSHAKE_RECORD:
+        if first[0] != TLS_HANDSHAKE_RECORD:
             self._refuse("tls", peer, "a client that does not speak TLS (plain HTTP?)")
             self._answer_not_tls(sock, deadline)
             return None
@@ -199,7 +186,7 @@ class _Server(ThreadingWSGIServer):
             self._refuse("tls", peer, f"TLS handshake failed: {_why(e, self.io_timeout)}")
             try:
                 conn.shutdown(socket.SHUT_WR)  # after the alert the session sent, which the client should read
-                _drain(conn, min(deadline, time.monotonic() + _DRAIN_SECONDS))
+                drain(conn, min(deadline, time.monotonic() + DRAIN_SECONDS))
             except OSError:
                 pass
             conn.close()
@@ -218,7 +205,7 @@ class _Server(ThreadingWSGIServer):
             sock.settimeout(max(deadline - time.monotonic(), 0.001))
             sock.sendall(_NOT_TLS % (len(_NOT_TLS_BODY), _NOT_TLS_BODY))
             sock.shutdown(socket.SHUT_WR)
-            _drain(sock, min(deadline, time.monotonic() + _DRAIN_SECONDS))
+            drain(sock, min(deadline, time.monotonic() + DRAIN_SECONDS))
         except OSError:
             pass
         finally:

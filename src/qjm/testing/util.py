@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -44,6 +46,33 @@ def eventually(condition: Callable[[], bool], timeout: float = SETTLE_TIMEOUT, w
         if time.monotonic() >= deadline:
             raise AssertionError(f"{what} did not hold within {timeout} s")
         pause.wait(0.002)
+
+
+def closed_by_peer(s: socket.socket, within: float) -> bool:
+    """True once the peer closes ``s`` (EOF or reset) within ``within`` seconds; whatever it sends
+    before (an alert, a reply) is read and skipped. False if it still holds ``s`` open then."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        s.settimeout(max(deadline - time.monotonic(), 0.01))
+        try:
+            if not s.recv(4096):
+                return True
+        except TimeoutError:
+            return False
+        except ConnectionResetError:
+            return True
+    return False
+
+
+def client_hello(tls: TlsConfig) -> bytes:
+    """The first flight of a real TLS client of ``tls``: its ClientHello, to send by hand."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    conn = tls.client_ssl_context().wrap_bio(incoming, outgoing, server_hostname="localhost")
+    try:
+        conn.do_handshake()
+    except ssl.SSLWantReadError:
+        return outgoing.read()
+    raise AssertionError("a TLS handshake finished without a peer")
 
 
 def ops(plan: FaultPlan, op: str) -> int:
