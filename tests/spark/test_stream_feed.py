@@ -101,22 +101,28 @@ def test_feed_keeps_heads_for_the_read_committed_view(uri: str) -> None:
         reader.stop()
 
 
+def synced_writer(c: MiniJournalCluster, n: int) -> qjm.Writer:
+    """A writer on a new journal of ``c`` that has committed records a1..a``n`` (txids 1..n)."""
+    w = qjm.open_writer(c.uri, create=True)
+    w.append_many([b"a%d" % t for t in range(1, n + 1)])
+    w.sync()
+    return w
+
+
 def test_feed_fails_over_when_its_node_dies(tmp_path: Path) -> None:
     with MiniJournalCluster(3, str(tmp_path)) as c:
-        w = qjm.open_writer(c.uri, create=True)
-        w.append_many([b"a%d" % t for t in range(1, 101)])
-        w.sync()
+        w = synced_writer(c, 100)
         jc = JournalClient(c.uri)
         feed = CommitFeed(c.uri, jc.qjm.config, 1, jc.heads())
         try:
             assert feed.wait_for(100, WAIT) == 100
-            followed = feed._follower.current_node
+            followed = feed.current_node
             c.kill(c.addresses.index(followed))
             w.append_many([b"b%d" % t for t in range(101, 201)])
             w.sync()
             assert feed.wait_for(200, WAIT) == 200
             assert feed.failovers >= 1
-            assert feed._follower.current_node != followed
+            assert feed.current_node != followed
             assert feed.records == 200  # each txid counted once: no gap, no duplicate
         finally:
             feed.close()
@@ -126,9 +132,7 @@ def test_feed_fails_over_when_its_node_dies(tmp_path: Path) -> None:
 
 def test_feed_fails_once_no_majority_answered_for_the_timeout(tmp_path: Path) -> None:
     with MiniJournalCluster(3, str(tmp_path)) as c:
-        w = qjm.open_writer(c.uri, create=True)
-        w.append_many([b"a%d" % t for t in range(1, 11)])
-        w.sync()
+        w = synced_writer(c, 10)
         config = ReadOptions.parse({"uri": c.uri, "majorityLossTimeout": "1"}).config
         feed = CommitFeed(c.uri, config, 1, majority_loss_timeout=1.0)
         try:
@@ -151,9 +155,7 @@ def test_feed_fails_once_no_majority_answered_for_the_timeout(tmp_path: Path) ->
 
 def test_majority_loss_timeout_bounds_a_batch_read_of_a_paused_majority(tmp_path: Path) -> None:
     with MiniJournalCluster(3, str(tmp_path)) as c:
-        w = qjm.open_writer(c.uri, create=True)
-        w.append_many([b"a%d" % t for t in range(1, 11)])
-        w.close()
+        synced_writer(c, 10).close()
         reader = QJMBatchReader(ReadOptions.parse({"uri": c.uri, "majorityLossTimeout": "2"}))
         assert [(p.start, p.end) for p in reader.partitions()] == [(1, 10)]
         c.pause(1)

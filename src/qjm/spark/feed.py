@@ -75,6 +75,11 @@ class CommitFeed:
         """Times the feed moved to another node (a node died, fell silent, refused or lagged)."""
         return self._follower.failovers
 
+    @property
+    def current_node(self) -> str:
+        """The node the feed follows now ("" before it reached one)."""
+        return self._follower.current_node
+
     def end(self) -> int:
         """The last txid known committed (``start - 1`` until a frame is pushed); raises the
         feed's error if it stopped on one."""
