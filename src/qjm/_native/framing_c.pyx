@@ -152,26 +152,42 @@ cdef int _check_sum(const unsigned char *p, Py_ssize_t size, Py_ssize_t off, fhd
     return E_OK
 
 
+cdef inline int _next_record(const unsigned char *pl, Py_ssize_t end, Py_ssize_t *pos, uint32_t *n,
+                             fhdr *h) noexcept nogil:
+    # The record whose prefix is at pos: its length in n, pos moved past the prefix; E_OK, or the
+    # error of a prefix or a length the payload cannot hold (the one walk of both layouts below).
+    if end - pos[0] < PREFIX:
+        return E_REC_PREFIX
+    memcpy(n, pl + pos[0], PREFIX)
+    pos[0] += PREFIX
+    if n[0] > end - pos[0]:
+        h.n = n[0]
+        return E_REC_LENGTH
+    return E_OK
+
+
+cdef inline int _layout_end(Py_ssize_t end, Py_ssize_t pos, fhdr *h) noexcept nogil:
+    # After the last record: the payload must end there.
+    if pos != end:
+        h.n = <uint64_t>(end - pos)
+        return E_REC_STRAY
+    return E_OK
+
+
 cdef int _check_layout(const unsigned char *pl, fhdr *h) noexcept nogil:
     # After _check_sum passed: record_count length-prefixed records fill the payload exactly.
     cdef Py_ssize_t end = h.payload_len
     cdef Py_ssize_t pos = 0
     cdef uint32_t left = h.record_count
     cdef uint32_t n = 0
+    cdef int rc
     while left:
         left -= 1
-        if end - pos < PREFIX:
-            return E_REC_PREFIX
-        memcpy(&n, pl + pos, PREFIX)
-        pos += PREFIX
-        if n > end - pos:
-            h.n = n
-            return E_REC_LENGTH
+        rc = _next_record(pl, end, &pos, &n, h)
+        if rc != E_OK:
+            return rc
         pos += n
-    if pos != end:
-        h.n = <uint64_t>(end - pos)
-        return E_REC_STRAY
-    return E_OK
+    return _layout_end(end, pos, h)
 
 
 cdef int _check_payload(const unsigned char *p, Py_ssize_t size, Py_ssize_t off, fhdr *h) noexcept nogil:
@@ -194,13 +210,9 @@ cdef int _pack_layout(const unsigned char *pl, fhdr *h, Py_ssize_t skip, int64_t
     cdef uint32_t n = 0
     cdef int rc
     for i in range(h.record_count):
-        if end - pos < PREFIX:
-            return E_REC_PREFIX
-        memcpy(&n, pl + pos, PREFIX)
-        pos += PREFIX
-        if n > end - pos:
-            h.n = n
-            return E_REC_LENGTH
+        rc = _next_record(pl, end, &pos, &n, h)
+        if rc != E_OK:
+            return rc
         if i >= skip:
             if n > room - got:
                 rc = _check_layout(pl, h)
@@ -209,11 +221,10 @@ cdef int _pack_layout(const unsigned char *pl, fhdr *h, Py_ssize_t skip, int64_t
             got += n
             offs[i - skip + 1] = got
         pos += n
-    if pos != end:
-        h.n = <uint64_t>(end - pos)
-        return E_REC_STRAY
-    total[0] = got
-    return E_OK
+    rc = _layout_end(end, pos, h)
+    if rc == E_OK:
+        total[0] = got
+    return rc
 
 
 cdef int _pack_payload(const unsigned char *p, Py_ssize_t size, Py_ssize_t off, fhdr *h, Py_ssize_t skip,
