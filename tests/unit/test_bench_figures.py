@@ -4,6 +4,7 @@ its wording, the peers' rows, its options and what it records about the qjm it m
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import subprocess
 import sys
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 
 import qjm
-from qjm.bench import driver, floor, report, workload
+from qjm.bench import download, driver, floor, report, workload
 from qjm.protocol.frame import FRAME_HEADER_SIZE, RECORD_PREFIX_SIZE
 
 
@@ -269,3 +270,21 @@ def test_the_tls_goals_compare_native_with_and_without_tls() -> None:
     table = report.tls_table({"summary": {"native": plain, "native_tls": tls}})
     assert "| 300 | 300 | 1.00x |" in table  # CPU per 100 B record, user + kernel
     assert table.count(": missed") == 1 and table.count(": met") == 2
+
+
+def test_the_writers_warnings_about_a_node_down_on_purpose_are_left_out(caplog: pytest.LogCaptureFixture) -> None:
+    """Only warnings about that node, and only while it is down on purpose: its errors, warnings
+    about the other nodes and other loggers' warnings still show."""
+    channel, other = logging.getLogger(download.NODE_LOGGER), logging.getLogger("qjm.writer")
+    with caplog.at_level(logging.WARNING), download.node_down_on_purpose("127.0.0.1:7002"):
+        channel.warning("%s: unreachable (%s); no batches to it until the next segment", "127.0.0.1:7002", "refused")
+        channel.warning("%s: unreachable (refused)", "127.0.0.1:70021")
+        channel.error("127.0.0.1:7002: something worse")
+        other.warning("127.0.0.1:7002: said by another logger")
+    channel.warning("127.0.0.1:7002: unreachable after the phase")
+    assert [r.getMessage() for r in caplog.records] == [
+        "127.0.0.1:70021: unreachable (refused)",
+        "127.0.0.1:7002: something worse",
+        "127.0.0.1:7002: said by another logger",
+        "127.0.0.1:7002: unreachable after the phase",
+    ]
