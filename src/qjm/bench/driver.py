@@ -22,7 +22,7 @@ from qjm.bench.peers import PEERS, measure
 from qjm.bench.pipeline import worker_tail
 from qjm.bench.report import peer_goals, peers_table, plot_result, summarise, table, tls_goals, tls_table
 from qjm.bench.workers import run_peer_worker, run_worker, worker_process_failover, worker_qjm
-from qjm.bench.workload import FULL, PURE_SCALE, RECORD_SIZES, SMOKE, progress
+from qjm.bench.workload import FULL, PURE_SCALE, RECORD_SIZES, SMOKE, progress, roll_every
 
 DESCRIPTION = "qjm against the disk's floor, native against pure, in one run on one disk"
 DOWNLOAD_MIB = 1024  # the segment of the download_rss_mib phase
@@ -50,6 +50,7 @@ def estimate_seconds(smoke: bool, peers: bool) -> float:
     floor = 2 + tput + 2 * cfg["seconds"] + phases * cfg["rounds"] * 3e-4 + cfg["failovers"] * 0.05
     c_floors = 2 + int(cfg["phases"]) * 2 * (cfg["rounds"] + 200) * 3e-4
     qjm = 4 + tput + phases * cfg["rounds"] * 4e-4 + cfg["failovers"] * 0.1 + 2 * cfg["cold_failovers"] * 1.5
+    qjm += cfg["roll_pairs"] * 2 * (roll_every(cfg) + 0.05)  # the roll variant: one roll period a phase
     total = floor + c_floors + 2 * qjm + (len(PEERS) * (15 + 2 * tput + phases * cfg["rounds"] * 1e-3) if peers else 0)
     if not smoke:
         total += 90  # download_rss_mib: 1 GiB written, caught up by a node and read
