@@ -81,7 +81,10 @@ def run(
       ``sync_p99_us``, ``sync_cpu_us`` (CPU per sync commit, user + kernel, of every process of
       the worker), ``tput100_rps``/``_mbps``, ``tput1024_rps``/``_mbps``, CPU per record
       (``tput{size}_cpu_user_ns``/``_kernel_ns``), ``tput{size}_in_sync``, ``failover_p50_ms``,
-      ``failover_cold_p50_ms``, ``failover_same_process_p50_ms`` (the floor: also ``ceiling_*``);
+      ``failover_cold_p50_ms``, ``failover_same_process_p50_ms`` (the floor: also ``ceiling_*``;
+      native and pure: also ``tput_roll_rps``, ``tput_noroll_rps`` and ``pipelined_roll_ratio``,
+      the median of the ratios of pairs of phases with and without the writer's own rolls, and
+      ``rolls``, ``roll_every_s``, ``roll_in_sync``);
       each figure is the median of its counted phases, and ``spread[figure]`` holds ``min``, ``max``
       and every counted ``phases`` value (failovers: ``q1``, ``q3`` and every ``runs`` value);
       ``warmup`` the warm-up phases, which are not counted;
