@@ -5,23 +5,28 @@ the whole segment from memory grew 246 MiB here."""
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import time
 
 from qjm._native import framing
-from qjm.bench.download import measure_download_rss
+from qjm.bench.download import NODE_LOGGER, measure_download_rss
 from qjm.testing.rss import rss_bytes
 
 SEGMENT_MIB = 120
 BOUND_MIB = 48  # the 1 GiB figure the bench reports is held to 64 MiB
 
 
-def test_serving_catching_up_and_reading_a_large_segment_hold_a_bounded_amount(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    m = measure_download_rss(str(tmp_path / "c"), SEGMENT_MIB, timeout=300)
+def test_serving_catching_up_and_reading_a_large_segment_hold_a_bounded_amount(tmp_path, capsys, caplog) -> None:  # type: ignore[no-untyped-def]
+    with caplog.at_level(logging.WARNING):
+        m = measure_download_rss(str(tmp_path / "c"), SEGMENT_MIB, timeout=300)
     assert m["segment_mib"] > SEGMENT_MIB * 0.95
     for who in ("catch_up", "catch_up_serving", "reader", "reader_serving"):
         assert m[who] < BOUND_MIB, f"{who} grew {m[who]:.0f} MiB"
+    # the node stopped on purpose is announced, and the writer's warnings about it are left out
+    assert "node 2 stopped on purpose" in capsys.readouterr().err
+    assert [r.getMessage() for r in caplog.records if r.name == NODE_LOGGER] == []
 
 
 def test_qjm_dump_of_a_large_segment_holds_a_window_not_the_file(tmp_path) -> None:  # type: ignore[no-untyped-def]

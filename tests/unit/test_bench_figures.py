@@ -4,6 +4,7 @@ its wording, the peers' rows, its options and what it records about the qjm it m
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import subprocess
 import sys
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 
 import qjm
-from qjm.bench import driver, floor, report, workload
+from qjm.bench import download, driver, floor, report, workload
 from qjm.protocol.frame import FRAME_HEADER_SIZE, RECORD_PREFIX_SIZE
 
 
@@ -269,3 +270,45 @@ def test_the_tls_goals_compare_native_with_and_without_tls() -> None:
     table = report.tls_table({"summary": {"native": plain, "native_tls": tls}})
     assert "| 300 | 300 | 1.00x |" in table  # CPU per 100 B record, user + kernel
     assert table.count(": missed") == 1 and table.count(": met") == 2
+
+
+def test_the_roll_ratio_is_the_median_of_the_pairs_ratios_with_their_spread() -> None:
+    """Each pair of phases gives a ratio; the figure is their median, not the ratio of the sums
+    (here 0.8), so one pair hit by a burst of load does not move it."""
+    raw: dict[str, Any] = {"latency": [[0.001]], "tput_roll": [90e3, 100e3, 50e3], "tput_noroll": [100e3] * 3,
+                           "rolls": 3, "roll_every": 1.0, "roll_in_sync": 3}  # fmt: skip
+    s = report.summarise(raw)
+    assert s["pipelined_roll_ratio"] == pytest.approx(0.9)
+    sp = s["spread"]["pipelined_roll_ratio"]
+    assert (sp["min"], sp["max"]) == pytest.approx((0.5, 1.0)) and sp["phases"] == pytest.approx([0.9, 1.0, 0.5])
+    assert s["tput_roll_rps"] == 90e3 and s["spread"]["tput_noroll_rps"]["phases"] == [100e3] * 3
+    note = report.roll_note("native", s)
+    assert (
+        "rolling every 1 s 90,000 (50,000-100,000) against 100,000 (100,000-100,000) with rolls off, in 3 pairs" in note
+    )
+    assert "pipelined_roll_ratio 0.90 (0.50-1.00), the median of the pairs' ratios (goal >= 0.9: met)" in note
+    assert "both sides of the goal, so this run does not settle it" in note
+    assert "only" not in note
+    steady = report.summarise(raw | {"tput_roll": [95e3, 97e3, 96e3], "rolls": 2, "roll_in_sync": 2})
+    note = report.roll_note("pure", steady)
+    assert "pipelined_roll_ratio 0.96 (0.95-0.97)" in note and "both sides" not in note
+    assert "only 2 rolls in 3 rolling phases" in note
+    assert "only 2 of 3 nodes were in sync at the end of some phase" in note
+
+
+def test_the_writers_warnings_about_a_node_down_on_purpose_are_left_out(caplog: pytest.LogCaptureFixture) -> None:
+    """Only warnings about that node, and only while it is down on purpose: its errors, warnings
+    about the other nodes and other loggers' warnings still show."""
+    channel, other = logging.getLogger(download.NODE_LOGGER), logging.getLogger("qjm.writer")
+    with caplog.at_level(logging.WARNING), download.node_down_on_purpose("127.0.0.1:7002"):
+        channel.warning("%s: unreachable (%s); no batches to it until the next segment", "127.0.0.1:7002", "refused")
+        channel.warning("%s: unreachable (refused)", "127.0.0.1:70021")
+        channel.error("127.0.0.1:7002: something worse")
+        other.warning("127.0.0.1:7002: said by another logger")
+    channel.warning("127.0.0.1:7002: unreachable after the phase")
+    assert [r.getMessage() for r in caplog.records] == [
+        "127.0.0.1:70021: unreachable (refused)",
+        "127.0.0.1:7002: something worse",
+        "127.0.0.1:7002: said by another logger",
+        "127.0.0.1:7002: unreachable after the phase",
+    ]

@@ -22,7 +22,7 @@ from qjm.bench.peers import PEERS, measure
 from qjm.bench.pipeline import worker_tail
 from qjm.bench.report import peer_goals, peers_table, plot_result, summarise, table, tls_goals, tls_table
 from qjm.bench.workers import run_peer_worker, run_worker, worker_process_failover, worker_qjm
-from qjm.bench.workload import FULL, PURE_SCALE, RECORD_SIZES, SMOKE, progress
+from qjm.bench.workload import FULL, PURE_SCALE, RECORD_SIZES, SMOKE, progress, roll_every
 
 DESCRIPTION = "qjm against the disk's floor, native against pure, in one run on one disk"
 DOWNLOAD_MIB = 1024  # the segment of the download_rss_mib phase
@@ -50,6 +50,7 @@ def estimate_seconds(smoke: bool, peers: bool) -> float:
     floor = 2 + tput + 2 * cfg["seconds"] + phases * cfg["rounds"] * 3e-4 + cfg["failovers"] * 0.05
     c_floors = 2 + int(cfg["phases"]) * 2 * (cfg["rounds"] + 200) * 3e-4
     qjm = 4 + tput + phases * cfg["rounds"] * 4e-4 + cfg["failovers"] * 0.1 + 2 * cfg["cold_failovers"] * 1.5
+    qjm += cfg["roll_pairs"] * 2 * (roll_every(cfg) + 0.05)  # the roll variant: one roll period a phase
     total = floor + c_floors + 2 * qjm + (len(PEERS) * (15 + 2 * tput + phases * cfg["rounds"] * 1e-3) if peers else 0)
     if not smoke:
         total += 90  # download_rss_mib: 1 GiB written, caught up by a node and read
@@ -80,7 +81,10 @@ def run(
       ``sync_p99_us``, ``sync_cpu_us`` (CPU per sync commit, user + kernel, of every process of
       the worker), ``tput100_rps``/``_mbps``, ``tput1024_rps``/``_mbps``, CPU per record
       (``tput{size}_cpu_user_ns``/``_kernel_ns``), ``tput{size}_in_sync``, ``failover_p50_ms``,
-      ``failover_cold_p50_ms``, ``failover_same_process_p50_ms`` (the floor: also ``ceiling_*``);
+      ``failover_cold_p50_ms``, ``failover_same_process_p50_ms`` (the floor: also ``ceiling_*``;
+      native and pure: also ``tput_roll_rps``, ``tput_noroll_rps`` and ``pipelined_roll_ratio``,
+      the median of the ratios of pairs of phases with and without the writer's own rolls, and
+      ``rolls``, ``roll_every_s``, ``roll_in_sync``);
       each figure is the median of its counted phases, and ``spread[figure]`` holds ``min``, ``max``
       and every counted ``phases`` value (failovers: ``q1``, ``q3`` and every ``runs`` value);
       ``warmup`` the warm-up phases, which are not counted;

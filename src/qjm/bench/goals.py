@@ -9,6 +9,7 @@ from typing import Final
 
 SYNC_P50_OVER_FLOOR: Final = 1.25  # qjm native sync p50 <= this x the disk's floor
 ROLL_OVER_NO_ROLL: Final = 0.9  # pipelined throughput with the writer rolling every second >= this x without
+# (the median of the ratios of pairs of phases, one with rolls and one without)
 SYNC_P50_OVER_NETFLOOR: Final = 1.2  # qjm native sync p50 <= this x the C networked floor (bench/netfloor)
 SYNC_P99_OVER_NETFLOOR: Final = 1.5  # qjm native sync p99 <= this x the C networked floor's p99
 FAILOVER_COLD_MS: Final = 10.0  # failover by a cold process (code imported, nothing else), p50

@@ -27,7 +27,7 @@ from qjm.bench.workload import (
     LATENCY_RECORD,
     PROGRESS,
     RECORD_SIZES,
-    ROLL_PAIRS,
+    ROLL_PHASE_LIMIT,
     ROLL_RECORD,
     cpu_per_record,
     cpu_seconds,
@@ -136,34 +136,46 @@ def worker_qjm(base: str, cfg: dict[str, float], tls: bool = False) -> dict[str,
 
 
 def roll_variant(uri: str, w: Writer, cfg: dict[str, float], out: dict[str, Any]) -> Writer:
-    """Pipelined 1 KiB throughput with the writer rolling by itself every ``ROLL_EVERY`` seconds
-    (less in a smoke run's short phases) against rolls off, in alternating phases (half of
-    ``cfg["seconds"]`` each, ``ROLL_PAIRS`` of each), each by a writer opened with those settings,
-    so that load that comes and goes weighs on both alike; returns the writer left open (rolls at
-    the defaults)."""
-    progress("automatic roll: alternating phases with and without the writer's own rolls")
+    """Pipelined ``ROLL_RECORD``-byte records with the writer rolling by itself every ``roll_every``
+    seconds against rolls off, in ``cfg["roll_pairs"]`` pairs of phases, each phase by a writer
+    opened with its settings; returns the writer left open (rolls at the defaults).
+
+    A rolling phase ends as its writer's first roll completes, so it holds exactly one roll period
+    (the segment streamed for ``roll_every``, then the drain and the finalize), never a roll cut
+    off by the phase's end; a phase without rolls streams for ``roll_every``. The figure is each
+    pair's ratio, so load that comes and goes weighs on both halves of a pair alike, and the
+    pairs alternate which half runs first, so load that rises or falls through a pair does not
+    favour one side."""
+    every = roll_every(cfg)
+    pairs = int(cfg["roll_pairs"])
     chunk = [os.urandom(ROLL_RECORD)] * 1000
-    done = {"noroll": [0, 0.0], "roll": [0, 0.0]}
+    rates: dict[str, list[float]] = {"noroll": [], "roll": []}
     rolls = 0
-    for label in ("noroll", "roll") * ROLL_PAIRS:
-        w.roll()
-        every = roll_every(cfg) if label == "roll" else 0.0
-        w2 = open_writer(uri, roll_bytes=0, roll_interval=every)
-        w.abort()
-        w = w2
-        t0 = time.perf_counter()
-        n = 0
-        while time.perf_counter() - t0 < cfg["seconds"] / 2:
-            w.append_many(chunk)
-            n += len(chunk)
-        w.sync()
-        done[label][0] += n
-        done[label][1] += time.perf_counter() - t0
-        rolls += w.rolls
-    out["tput_noroll"] = done["noroll"][0] / done["noroll"][1]
-    out["tput_roll"] = done["roll"][0] / done["roll"][1]
+    in_sync = 3
+    for i in range(pairs):
+        order = ("noroll", "roll") if i % 2 == 0 else ("roll", "noroll")
+        progress(f"automatic roll: pair {i + 1}/{pairs}, a phase without the writer's own rolls and one with")
+        for label in order:
+            w.roll()
+            w2 = open_writer(uri, roll_bytes=0, roll_interval=every if label == "roll" else 0.0)
+            w.abort()
+            w = w2
+            rolling = label == "roll"
+            limit = every * ROLL_PHASE_LIMIT if rolling else every
+            t0 = time.perf_counter()
+            n = 0
+            while not (rolling and w.rolls) and time.perf_counter() - t0 < limit:
+                w.append_many(chunk)
+                n += len(chunk)
+            w.sync()
+            rates[label].append(n / (time.perf_counter() - t0))
+            rolls += w.rolls
+            in_sync = min(in_sync, sum(not lg.out_of_sync for lg in w.qjm.loggers.loggers))
+    out["tput_noroll"] = rates["noroll"]
+    out["tput_roll"] = rates["roll"]
     out["rolls"] = rolls
-    out["roll_every"] = roll_every(cfg)
+    out["roll_every"] = every
+    out["roll_in_sync"] = in_sync  # the fewest nodes in sync at the end of a phase
     w.roll()
     w2 = open_writer(uri)
     w.abort()

@@ -27,19 +27,19 @@ BATCH_BYTES: Final = 64 * 1024  # the Writer's default batch_bytes
 
 # latency rounds per phase, seconds per throughput phase, counted phases (each part adds one
 # warm-up phase), failover repetitions (warm and cold), records whose tail staleness is measured,
-# records read back one by one and packed
+# records read back one by one and packed, pairs of phases with and without automatic rolls
 FULL: Final = {
     "rounds": 1000, "seconds": 2.0, "phases": 3, "failovers": 15, "cold_failovers": 9, "tail_rounds": 1000,
-    "read_records": 200_000,
+    "read_records": 200_000, "roll_pairs": 5,
 }  # fmt: skip
 SMOKE: Final = {
     "rounds": 30, "seconds": 0.2, "phases": 2, "failovers": 2, "cold_failovers": 1, "tail_rounds": 20,
-    "read_records": 5000,
+    "read_records": 5000, "roll_pairs": 2,
 }  # fmt: skip
 FAILOVER_WARMUP: Final = 3  # takeovers run before the counted ones (after the throughput phases)
 ROLL_EVERY: Final = 1.0  # seconds between the writer's own rolls in the roll variant (roll_interval)
 ROLL_RECORD: Final = 1024  # record size of the roll variant's pipelined phases
-ROLL_PAIRS: Final = 3  # alternations of a phase without rolls and one with
+ROLL_PHASE_LIMIT: Final = 5  # a rolling phase whose roll has not come ends after this many roll periods
 PURE_SCALE: Final = 0.5  # the pure run is slow: fewer latency rounds (throughput phases are timed anyway)
 
 
@@ -97,9 +97,8 @@ def disk_bytes_per_record(size: int) -> float:
 
 
 def roll_every(cfg: dict[str, float]) -> float:
-    """The roll variant's roll_interval: ``ROLL_EVERY``, or less when a phase is too short for
-    a few rolls (a smoke run)."""
-    return min(ROLL_EVERY, cfg["seconds"] / 4)
+    """The roll variant's roll_interval: ``ROLL_EVERY``, or less in a smoke run's short phases."""
+    return min(ROLL_EVERY, cfg["seconds"] / 2)
 
 
 def cpu_seconds(pids: list[int]) -> tuple[float, float]:
