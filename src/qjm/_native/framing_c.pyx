@@ -427,6 +427,14 @@ cdef int _verify(const unsigned char *p, Py_ssize_t size, Py_ssize_t offset, fhd
     return 0
 
 
+cdef Py_ssize_t frame_length(const unsigned char *p) except -1:
+    # For the data plane's receiver, which sizes each frame from its header before the payload is
+    # there: decode_header's checks without a bytes copy of the header or a FrameHeader.
+    cdef fhdr h
+    _verify(p, HDR, 0, &h, False)
+    return HDR + <Py_ssize_t>h.payload_len
+
+
 # ---------------------------------------------------------------------------------------------
 # Public API
 
