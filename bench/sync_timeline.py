@@ -7,7 +7,9 @@ Starts three JournalNode processes whose ``Journal.journal`` and data-plane ack 
 monotonic timestamps, then times COMMITS (default 3000) 1 KiB ``append`` + ``sync`` calls in this
 process, recording when the batch was sent and when the writer counted its quorum. CLOCK_MONOTONIC
 is shared by every process of the machine, so the figures line up. All figures are p50 in µs after
-``append`` was called. A measuring tool, not a test: nothing here asserts a time.
+``append`` was called, except the last line: each node process's CPU (user + system, from
+``/proc/<pid>/stat``) and voluntary context switches (all its threads) over the timed commits,
+divided by their number. A measuring tool, not a test: nothing here asserts a time.
 """
 
 from __future__ import annotations
@@ -68,6 +70,24 @@ def _p(xs: list[int], q: float = 0.5) -> float:
     return sorted(xs)[int(len(xs) * q)] / 1e3 if xs else float("nan")
 
 
+def _cpu_ticks(pid: int) -> int:
+    """utime + stime of every thread of ``pid``, in clock ticks."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # fields 14 and 15 of proc(5), counted after the name
+
+
+def _voluntary_switches(pid: int) -> int:
+    total = 0
+    for status in glob.glob(f"/proc/{pid}/task/*/status"):
+        try:
+            with open(status) as f:
+                total += sum(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
+        except FileNotFoundError:
+            pass  # a thread that ended between the listing and the read
+    return total
+
+
 def main(commits: int) -> None:
     work = tempfile.mkdtemp(prefix="qjm-timeline-")
     with open(os.path.join(work, "sitecustomize.py"), "w") as f:
@@ -97,6 +117,9 @@ def main(commits: int) -> None:
             w.append(rec)
             w.sync()
         counted.clear()
+        pids = [n.proc.pid for n in c.nodes if n.proc is not None]
+        cpu0 = [_cpu_ticks(p) for p in pids]
+        csw0 = [_voluntary_switches(p) for p in pids]
         for _ in range(commits):
             t0 = time.perf_counter_ns()
             w.append(rec)
@@ -105,6 +128,8 @@ def main(commits: int) -> None:
             t1 = time.perf_counter_ns()
             w.sync()
             commits_at.append((t0, t1, time.perf_counter_ns()))
+        cpu = [(_cpu_ticks(p) - t) / os.sysconf("SC_CLK_TCK") / commits * 1e6 for p, t in zip(pids, cpu0, strict=True)]
+        csw = [(_voluntary_switches(p) - n) / commits for p, n in zip(pids, csw0, strict=True)]
         w.close()
     raw = []
     for path in sorted(glob.glob(trace + ".*")):
@@ -146,6 +171,12 @@ def main(commits: int) -> None:
         if done:
             seen.append(done[0] - a)
     print(f"  writer counted the quorum: {_p(seen):.0f} ({statistics.mean(n_looks):.2f} looks per commit)")
+    print(
+        "  node CPU per commit (µs): "
+        + ", ".join(f"{x:.0f}" for x in cpu)
+        + f" (mean {statistics.mean(cpu):.1f}); voluntary switches per commit: "
+        + ", ".join(f"{x:.2f}" for x in csw)
+    )
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import random
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,7 +40,7 @@ from qjm.protocol.messages import (
     SegmentState,
 )
 from qjm.server import storage as storage_module
-from qjm.server.journal import Journal, JournalHooks
+from qjm.server.journal import COMMITTED, COMMITTED_WRITE_INTERVAL, Journal, JournalHooks
 from qjm.server.storage import (
     DiskStorage,
     JournalStorage,
@@ -286,6 +288,63 @@ def test_committed_txid_never_moves_backward(env: Env) -> None:
     assert j.prepare_recovery(w.req(), 1).last_committed_txid == 5
     j.heartbeat(w.req())  # NO_TXID: no information, not a move backward
     assert j.get_journal_state().committed_txid == 5
+
+
+def test_committed_txid_file_is_written_at_most_every_interval_and_at_finalize_promise_and_close(
+    env: Env,
+) -> None:
+    now = [0.0]
+    st = env.storage()
+    j = Journal(st, clock=lambda: now[0])
+    j.format(NS)
+    w = writing(j, epoch=1, upto=12)
+    j.note_committed(1, 3)
+    assert st.read_long(COMMITTED) == 3  # the first advance is written at once
+    j.note_committed(1, 4)
+    j.heartbeat(w.req(committed=5))
+    assert (j.committed_txid, st.read_long(COMMITTED)) == (5, 3)  # within the interval: not yet
+    now[0] += COMMITTED_WRITE_INTERVAL
+    j.note_committed(1, 6)
+    assert st.read_long(COMMITTED) == 6
+    j.note_committed(1, 9)
+    assert st.read_long(COMMITTED) == 6
+    j.finalize_log_segment(w.req(), 1, 12)
+    assert st.read_long(COMMITTED) == 9  # a finalize writes the newest
+    j.heartbeat(w.req(committed=10))
+    assert st.read_long(COMMITTED) == 9
+    j.new_epoch(NS, 2)
+    assert st.read_long(COMMITTED) == 10  # so does a new promise
+    w = Writer(2)
+    j.start_log_segment(w.req(), 13)
+    assert j.journal([frame(13, 3, epoch=2, seg=13)]) == 15
+    j.note_committed(2, 14)
+    assert st.read_long(COMMITTED) == 10
+    j.close()
+    assert st.read_long(COMMITTED) == 14  # and a close
+    if isinstance(st, DiskStorage):
+        st.close()
+        reopened = DiskStorage(str(env.tmp_path / "n0"), JID)
+        try:
+            assert Journal(reopened).committed_txid == 14
+        finally:
+            reopened.close()
+
+
+def test_a_waiting_follower_is_woken_by_a_commit_notice(env: Env) -> None:
+    j = env.journal()
+    writing(j, epoch=1, upto=6)
+    got: list[tuple[bytes, int, int] | None] = []
+    follower = threading.Thread(target=lambda: got.append(j.wait_committed_frames(1, 1 << 20, 60.0)))
+    started = time.monotonic()
+    follower.start()
+    while j._followers_waiting == 0:  # the follower found nothing committed and waits
+        assert follower.is_alive() and time.monotonic() - started < 30
+        time.sleep(0.001)
+    j.note_committed(1, 6)
+    follower.join(30)
+    assert not follower.is_alive() and got and got[0] is not None
+    assert got[0][1:] == (1, 6)
+    assert j._followers_waiting == 0
 
 
 # -- writing -------------------------------------------------------------------------------------

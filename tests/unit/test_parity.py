@@ -45,6 +45,8 @@ def test_encode_frame(records: list[bytes], ids: tuple[int, int, int]) -> None:
     b = py.encode_frame(records, epoch=epoch, segment_txid=seg, first_txid=first)
     assert a == b
     assert c.verify_frame(a) == py.verify_frame(a)
+    h = py.verify_frame(a)
+    assert c.verify_frame_ids(a) == py.verify_frame_ids(a) == (h.epoch, h.segment_txid, h.first_txid, h.last_txid)
     assert c.decode_records(a) == py.decode_records(a) == records
 
 
@@ -173,7 +175,7 @@ def test_verify_frame_on_damaged_input(data: st.DataObject, records: list[bytes]
     frame = py.encode_frame(records, epoch=epoch, segment_txid=seg, first_txid=first)
     pad = data.draw(st.integers(min_value=0, max_value=8))
     buf = damage(data.draw, bytes(pad) + frame)
-    for fn in ("decode_header", "verify_frame", "decode_records", "pack_records"):
+    for fn in ("decode_header", "verify_frame", "verify_frame_ids", "decode_records", "pack_records"):
         assert outcome(getattr(c, fn), buf, pad) == outcome(getattr(py, fn), buf, pad), fn
     assert outcome(c.decode_segment_header, buf) == outcome(py.decode_segment_header, buf)
 
@@ -249,7 +251,7 @@ def crafted_frames(draw: st.DrawFn) -> bytes:
 @given(frame=crafted_frames())
 def test_crafted_frames(frame: bytes) -> None:
     """Headers with valid checksums but any field values, over arbitrary payload bytes."""
-    for fn in ("decode_header", "verify_frame", "decode_records", "pack_records"):
+    for fn in ("decode_header", "verify_frame", "verify_frame_ids", "decode_records", "pack_records"):
         assert outcome(getattr(c, fn), frame) == outcome(getattr(py, fn), frame), fn
     seg = int.from_bytes(frame[24:32], "little")
     buf = py.encode_segment_header(seg, 1) + frame

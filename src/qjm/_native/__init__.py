@@ -21,6 +21,7 @@ PUBLIC_API: dict[str, tuple[str, ...]] = {
         "FrameBuilder",
         "decode_header",
         "verify_frame",
+        "verify_frame_ids",
         "decode_records",
         "pack_records",
         "encode_segment_header",

@@ -37,12 +37,11 @@ from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 from posix.unistd cimport close as c_close, read as c_read, write as c_write
 
 
-from qjm._native.framing_c cimport QJM_FRAME_HEADER_SIZE, QJM_FRAME_MAGIC
+from qjm._native.framing_c cimport QJM_FRAME_HEADER_SIZE, QJM_FRAME_MAGIC, frame_length
 
 import os
 import traceback
 
-from qjm._native.framing_c import decode_header as _decode_header
 from qjm.errors import ConfigError, CorruptFrameError, ResourceExhaustedError, TlsError
 from qjm.protocol.frame import MAX_PAYLOAD as _MAX_PAYLOAD
 
@@ -1571,8 +1570,7 @@ cdef class Receiver:
                         if self._len - pos < frame_hdr:
                             need = pos + frame_hdr
                             break
-                        h = _decode_header(PyBytes_FromStringAndSize(<const char *>p, frame_hdr))
-                        flen = frame_hdr + <Py_ssize_t>h.payload_len
+                        flen = frame_length(p)
                         if flen > self._max_frame:
                             raise ResourceExhaustedError(
                                 f"a frame of {flen} bytes is larger than this node takes ({self._max_frame} bytes, "

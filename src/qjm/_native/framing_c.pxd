@@ -55,6 +55,11 @@ cdef extern from *:
     """
 
 
+cdef Py_ssize_t frame_length(const unsigned char *p) except -1
+# The whole length (header and payload) of the frame whose header is at p (QJM_FRAME_HEADER_SIZE
+# bytes there), after decode_header's checks of it, raising its errors (offset 0).
+
+
 cdef struct offsets_t:             # a 1-D buffer of record offsets, read in place
     const char *p
     Py_ssize_t n                    # entries: records + 1

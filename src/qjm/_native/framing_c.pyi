@@ -58,6 +58,9 @@ def decode_header(buf: Buffer, offset: int = 0) -> FrameHeader:
 def verify_frame(buf: Buffer, offset: int = 0) -> FrameHeader:
     """Check a whole frame at ``offset``: header, payload checksum and record layout."""
 
+def verify_frame_ids(buf: Buffer, offset: int = 0) -> tuple[int, int, int, int]:
+    """``verify_frame``'s checks, returning ``(epoch, segment_txid, first_txid, last_txid)``."""
+
 def decode_records(buf: Buffer, offset: int = 0) -> list[bytes]:
     """The records of the verified frame at ``offset``, in txid order."""
 

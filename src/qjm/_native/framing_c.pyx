@@ -427,6 +427,14 @@ cdef int _verify(const unsigned char *p, Py_ssize_t size, Py_ssize_t offset, fhd
     return 0
 
 
+cdef Py_ssize_t frame_length(const unsigned char *p) except -1:
+    # For the data plane's receiver, which sizes each frame from its header before the payload is
+    # there: decode_header's checks without a bytes copy of the header or a FrameHeader.
+    cdef fhdr h
+    _verify(p, HDR, 0, &h, False)
+    return HDR + <Py_ssize_t>h.payload_len
+
+
 # ---------------------------------------------------------------------------------------------
 # Public API
 
@@ -837,6 +845,22 @@ def verify_frame(buf, Py_ssize_t offset=0):
     finally:
         PyBuffer_Release(&v)
     return _header_obj(&h)
+
+
+def verify_frame_ids(buf, Py_ssize_t offset=0):
+    """``verify_frame``'s checks, returning ``(epoch, segment_txid, first_txid, last_txid)``."""
+    # A tuple, not a FrameHeader: a node checks these four of every frame it appends, and building
+    # the frozen dataclass costs more than the checks of a small frame.
+    cdef Py_buffer v
+    cdef fhdr h
+    _check_offset(offset)
+    PyObject_GetBuffer(buf, &v, PyBUF_SIMPLE)
+    try:
+        _verify(<const unsigned char *>v.buf, v.len, offset, &h, True)
+    finally:
+        PyBuffer_Release(&v)
+    first = h.first_txid  # a Python int: first + count - 1 must not wrap at 2**64
+    return (h.epoch, h.segment_txid, first, first + h.record_count - 1)
 
 
 def decode_records(buf, Py_ssize_t offset=0):

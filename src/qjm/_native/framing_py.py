@@ -322,6 +322,12 @@ def verify_frame(buf: Buffer, offset: int = 0) -> FrameHeader:
     return _verify_frame(memoryview(buf), offset, offset)
 
 
+def verify_frame_ids(buf: Buffer, offset: int = 0) -> tuple[int, int, int, int]:
+    """``verify_frame``'s checks, returning ``(epoch, segment_txid, first_txid, last_txid)``."""
+    h = verify_frame(buf, offset)
+    return h.epoch, h.segment_txid, h.first_txid, h.last_txid
+
+
 def _verify_frame(mv: memoryview, pos: int, offset: int) -> FrameHeader:
     """``verify_frame`` at ``pos`` of ``mv``, naming ``offset`` (the file offset) in its errors."""
     h, payload = _checked_payload(mv, pos, offset)

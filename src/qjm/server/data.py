@@ -20,6 +20,7 @@ record (a plaintext writer, garbage) is answered with one plaintext ERROR (code 
 from __future__ import annotations
 
 import logging
+import operator
 import socket
 import socketserver
 import struct
@@ -44,6 +45,8 @@ from qjm.server.sockets import DRAIN_SECONDS, TLS_HANDSHAKE_RECORD, drain
 
 log = logging.getLogger("qjm.data")
 
+_NOTICE_TXID = operator.itemgetter(1)  # of a commit notice (epoch, txid)
+
 
 def apply_run(
     journal: Journal, frames: Sequence[bytes], commits: Sequence[tuple[int, int]], ack: Callable[[int], None]
@@ -61,7 +64,7 @@ def apply_run(
         durable = journal.journal(frames)
         ack(durable)
     if commits:
-        journal.note_committed(*max(commits, key=lambda c: c[1]))
+        journal.note_committed(*(commits[0] if len(commits) == 1 else max(commits, key=_NOTICE_TXID)))
     return durable
 
 
