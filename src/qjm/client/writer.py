@@ -83,10 +83,10 @@ class Writer:
         self._committed = last_txid
         self._error: QJMError | None = None
         self._closed = False
-        self._batch_opened = threading.Condition(self._lock)
+        self._wake_timer = threading.Event()  # set: the batch timer has something to look at now
         self._batch_started_at = 0.0  # monotonic time the open batch got its first record; 0: none
         self._last_opened = 0.0  # when the newest batch got its first record
-        self._timer_idle = False  # the batch timer sleeps until notified (else it looks every batch_delay)
+        self._timer_idle = False  # the batch timer sleeps until woken (else it looks every batch_delay)
         self._acks = AckTimer([probe_for(lg) for lg in qjm.loggers.loggers])
         self._batches_sent = self._txns_sent = self._bytes_sent = 0
         self._starting: QuorumCall[None] | None = None  # a roll's start of the segment, not yet awaited
@@ -218,7 +218,7 @@ class Writer:
                 raise self._fail(_as_fenced(e)) from None
             finally:
                 self._closed = True
-                self._batch_opened.notify_all()
+                self._wake_timer.set()
                 # let lagging in-sync nodes finish the finalize too, so they need no recovery later
                 self.qjm.close(grace=self.config.close_grace if self._error is None else 0.0)
 
@@ -226,7 +226,7 @@ class Writer:
         """Drop the writer without finalizing (what a crash leaves behind)."""
         with self._lock:
             self._closed = True
-            self._batch_opened.notify_all()
+            self._wake_timer.set()
             self.qjm.close()
 
     def __enter__(self) -> Writer:
@@ -343,7 +343,7 @@ class Writer:
         elif self._builder.count and not self._batch_started_at:
             self._batch_started_at = self._last_opened = time.monotonic()
             if self._timer_idle:
-                self._batch_opened.notify()
+                self._wake_timer.set()
 
     def _flush(self) -> None:
         """Close the open batch and send it (lock held)."""
@@ -402,11 +402,13 @@ class Writer:
 
         While batches keep opening, the timer looks every ``batch_delay`` instead of being woken for
         each one: a writer that syncs every record would otherwise pay two thread switches per
-        commit (the wake-up, then the wait for the writer's lock). It sleeps until notified (or
-        until the segment is due to roll by age) only after a whole ``batch_delay`` without an open
-        batch. A segment that ages while no batch closes is rolled here. A batch it closed is
-        waited for outside the lock, then counted committed and announced (``_wait_until``):
-        followers see records nobody synced (design §3.1).
+        commit (the wake-up, then the wait for the writer's lock). A look that finds nothing due
+        does not take the writer's lock either: only closing a batch or rolling does, after
+        checking again under it. The timer sleeps until woken (or until the segment is due to
+        roll by age) only after a whole ``batch_delay`` without an open batch. A segment that ages
+        while no batch closes is rolled here. A batch it closed is waited for outside the lock,
+        then counted committed and announced (``_wait_until``): followers see records nobody
+        synced (design §3.1).
         """
         while True:
             closed = self._close_batch_by_time()
@@ -421,35 +423,52 @@ class Writer:
     def _close_batch_by_time(self) -> _Batch | None:
         """Wait until a batch is due and close it; returns it (None: the writer is done)."""
         delay = self.config.batch_delay
-        with self._lock:
-            while not self._closed and self._error is None:
-                now = time.monotonic()
-                try:
-                    if self._batch_started_at and self._batch_started_at + delay <= now:
-                        self._flush()  # rolls too when the segment is full or old enough
-                        if self._inflight:
-                            return self._inflight[-1]
-                        continue
-                    if self._roll_due(now):  # by age, with no batch closing to notice it
-                        self._roll()
-                        continue
-                except QJMError:
-                    return None
-                roll_in = self._until_roll(now)
-                if self._batch_started_at:
-                    due = self._batch_started_at + delay - now
-                    self._batch_opened.wait(due if roll_in is None else min(due, roll_in))
-                    continue
-                idle_for = now - self._last_opened
-                if idle_for < delay:
-                    self._batch_opened.wait(delay - idle_for)
+        wake = self._wake_timer
+        while True:
+            wake.clear()  # before looking: a wake-up that lands meanwhile ends the wait below
+            if self._closed or self._error is not None:
+                return None
+            now = time.monotonic()
+            started = self._batch_started_at
+            if (started and started + delay <= now) or self._roll_due(now):
+                stop, closed = self._close_due(delay)
+                if stop or closed is not None:
+                    return closed
+                continue
+            roll_in = self._until_roll(now)
+            if started:
+                due = started + delay - now
+                wake.wait(due if roll_in is None else min(due, roll_in))
+                continue
+            idle_for = now - self._last_opened
+            if idle_for < delay:
+                wake.wait(delay - idle_for)
+                continue
+            with self._lock:
+                if self._batch_started_at or self._closed or wake.is_set():
                     continue
                 self._timer_idle = True
-                try:
-                    self._batch_opened.wait(roll_in)
-                finally:
-                    self._timer_idle = False
-            return None
+            try:
+                wake.wait(roll_in)
+            finally:
+                self._timer_idle = False
+
+    def _close_due(self, delay: float) -> tuple[bool, _Batch | None]:
+        """Under the writer's lock, close the open batch if it is due, or roll a segment due by
+        age: (the writer is done, the batch closed if any)."""
+        with self._lock:
+            if self._closed or self._error is not None:
+                return True, None
+            now = time.monotonic()
+            try:
+                if self._batch_started_at and self._batch_started_at + delay <= now:
+                    self._flush()  # rolls too when the segment is full or old enough
+                    return False, self._inflight[-1] if self._inflight else None
+                if self._roll_due(now):  # by age, with no batch closing to notice it
+                    self._roll()
+            except QJMError:
+                return True, None
+            return False, None
 
 
 def open_writer(
