@@ -821,29 +821,29 @@ cdef class FrameBuilder:
         return self._take(e, s, f)
 
 
-def decode_header(buf, Py_ssize_t offset=0):
-    """Parse and check a frame header (magic, version, checksum, bounds); not the payload."""
+cdef int _verify_at(object buf, Py_ssize_t offset, fhdr *h, bint whole) except -1:
+    # The frame at ``offset`` of any buffer: its header, and with ``whole`` its payload too.
     cdef Py_buffer v
-    cdef fhdr h
     _check_offset(offset)
     PyObject_GetBuffer(buf, &v, PyBUF_SIMPLE)
     try:
-        _verify(<const unsigned char *>v.buf, v.len, offset, &h, False)
+        _verify(<const unsigned char *>v.buf, v.len, offset, h, whole)
     finally:
         PyBuffer_Release(&v)
+    return 0
+
+
+def decode_header(buf, Py_ssize_t offset=0):
+    """Parse and check a frame header (magic, version, checksum, bounds); not the payload."""
+    cdef fhdr h
+    _verify_at(buf, offset, &h, False)
     return _header_obj(&h)
 
 
 def verify_frame(buf, Py_ssize_t offset=0):
     """Check a whole frame at ``offset``: header, payload checksum and record layout."""
-    cdef Py_buffer v
     cdef fhdr h
-    _check_offset(offset)
-    PyObject_GetBuffer(buf, &v, PyBUF_SIMPLE)
-    try:
-        _verify(<const unsigned char *>v.buf, v.len, offset, &h, True)
-    finally:
-        PyBuffer_Release(&v)
+    _verify_at(buf, offset, &h, True)
     return _header_obj(&h)
 
 
@@ -851,14 +851,8 @@ def verify_frame_ids(buf, Py_ssize_t offset=0):
     """``verify_frame``'s checks, returning ``(epoch, segment_txid, first_txid, last_txid)``."""
     # A tuple, not a FrameHeader: a node checks these four of every frame it appends, and building
     # the frozen dataclass costs more than the checks of a small frame.
-    cdef Py_buffer v
     cdef fhdr h
-    _check_offset(offset)
-    PyObject_GetBuffer(buf, &v, PyBUF_SIMPLE)
-    try:
-        _verify(<const unsigned char *>v.buf, v.len, offset, &h, True)
-    finally:
-        PyBuffer_Release(&v)
+    _verify_at(buf, offset, &h, True)
     first = h.first_txid  # a Python int: first + count - 1 must not wrap at 2**64
     return (h.epoch, h.segment_txid, first, first + h.record_count - 1)
 
