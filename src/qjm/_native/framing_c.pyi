@@ -8,6 +8,10 @@ from typing_extensions import Buffer, disjoint_base
 from qjm._native.framing_py import ScanResult as ScanResult
 from qjm.protocol.frame import FrameHeader, SegmentHeader
 
+# The C functions other native modules cimport (fanout_c's receiver sizes frames with
+# frame_length): Cython publishes them as capsules here. Not for Python callers.
+__pyx_capi__: dict[str, object]
+
 def xxh3_64(data: Buffer) -> int:
     """XXH3-64 with seed 0, the checksum of every header and payload."""
 
