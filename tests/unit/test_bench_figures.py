@@ -300,12 +300,15 @@ def test_the_writers_warnings_about_a_node_down_on_purpose_are_left_out(caplog: 
     """Only warnings about that node, and only while it is down on purpose: its errors, warnings
     about the other nodes and other loggers' warnings still show."""
     channel, other = logging.getLogger(download.NODE_LOGGER), logging.getLogger("qjm.writer")
-    with caplog.at_level(logging.WARNING), download.node_down_on_purpose("127.0.0.1:7002"):
-        channel.warning("%s: unreachable (%s); no batches to it until the next segment", "127.0.0.1:7002", "refused")
-        channel.warning("%s: unreachable (refused)", "127.0.0.1:70021")
-        channel.error("127.0.0.1:7002: something worse")
-        other.warning("127.0.0.1:7002: said by another logger")
-    channel.warning("127.0.0.1:7002: unreachable after the phase")
+    # Each logger's own level, not only the root's: a test before this one in the same worker may
+    # have configured qjm's loggers (the CLI's log setup).
+    with caplog.at_level(logging.WARNING, logger=channel.name), caplog.at_level(logging.WARNING, logger=other.name):
+        with download.node_down_on_purpose("127.0.0.1:7002"):
+            channel.warning("%s: unreachable (%s); no batches to it until the next segment", "127.0.0.1:7002", "no")
+            channel.warning("%s: unreachable (refused)", "127.0.0.1:70021")
+            channel.error("127.0.0.1:7002: something worse")
+            other.warning("127.0.0.1:7002: said by another logger")
+        channel.warning("127.0.0.1:7002: unreachable after the phase")
     assert [r.getMessage() for r in caplog.records] == [
         "127.0.0.1:70021: unreachable (refused)",
         "127.0.0.1:7002: something worse",
