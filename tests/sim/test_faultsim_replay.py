@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import logging
 import shlex
 
 import pytest
@@ -45,3 +46,16 @@ def test_an_unknown_bug_name_is_a_clear_error(cmd: list[str], capsys: pytest.Cap
     assert "Traceback" not in err
     for name in BUG_NAMES:
         assert name in err
+
+
+def test_qjm_sim_in_process_leaves_the_callers_logging_as_it_was() -> None:
+    """``qjm sim`` quiets qjm's loggers to errors while it runs (torn tails are expected there),
+    then gives the caller's level back: in one process, later work still logs its warnings."""
+    qjm_log = logging.getLogger("qjm")
+    before = qjm_log.level
+    qjm_log.setLevel(logging.INFO)
+    try:
+        assert main(["sim", "--seed", "1", "--steps", "50"]) == 0
+        assert qjm_log.level == logging.INFO
+    finally:
+        qjm_log.setLevel(before)

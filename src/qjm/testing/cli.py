@@ -45,8 +45,17 @@ def _demo(a: argparse.Namespace) -> int:
 
 def _sim(a: argparse.Namespace) -> int:
     """Replay one simulator seed (or run the double-failure sweep / the small-world search)."""
+    qjm_log = logging.getLogger("qjm")
+    level = qjm_log.level
     if not a.verbose:
-        logging.getLogger("qjm").setLevel(logging.ERROR)  # torn tails are expected in a fault run
+        qjm_log.setLevel(logging.ERROR)  # torn tails are expected in a fault run
+    try:
+        return _sim_run(a)
+    finally:
+        qjm_log.setLevel(level)  # a caller in the same process (a test, a notebook) keeps its logging
+
+
+def _sim_run(a: argparse.Namespace) -> int:
     bugs = ProtocolBugs.parse(a.bugs)
     if a.sweep:
         sw = double_failure_sweep(bugs=bugs)
