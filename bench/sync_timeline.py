@@ -70,13 +70,6 @@ def _p(xs: list[int], q: float = 0.5) -> float:
     return sorted(xs)[int(len(xs) * q)] / 1e3 if xs else float("nan")
 
 
-def _cpu_ticks(pid: int) -> int:
-    """utime + stime of every thread of ``pid``, in clock ticks."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])  # fields 14 and 15 of proc(5), counted after the name
-
-
 def _voluntary_switches(pid: int) -> int:
     total = 0
     for status in glob.glob(f"/proc/{pid}/task/*/status"):
@@ -97,6 +90,7 @@ def main(commits: int) -> None:
     os.environ["PYTHONPATH"] = work + os.pathsep + os.environ.get("PYTHONPATH", "")
 
     import qjm
+    from qjm.bench.workload import process_cpu_seconds
     from qjm.client import link_batch
     from qjm.testing.minicluster import MiniJournalCluster
 
@@ -118,7 +112,7 @@ def main(commits: int) -> None:
             w.sync()
         counted.clear()
         pids = [n.proc.pid for n in c.nodes if n.proc is not None]
-        cpu0 = [_cpu_ticks(p) for p in pids]
+        cpu0 = [sum(process_cpu_seconds(p)) for p in pids]
         csw0 = [_voluntary_switches(p) for p in pids]
         for _ in range(commits):
             t0 = time.perf_counter_ns()
@@ -128,7 +122,7 @@ def main(commits: int) -> None:
             t1 = time.perf_counter_ns()
             w.sync()
             commits_at.append((t0, t1, time.perf_counter_ns()))
-        cpu = [(_cpu_ticks(p) - t) / os.sysconf("SC_CLK_TCK") / commits * 1e6 for p, t in zip(pids, cpu0, strict=True)]
+        cpu = [(sum(process_cpu_seconds(p)) - t) / commits * 1e6 for p, t in zip(pids, cpu0, strict=True)]
         csw = [(_voluntary_switches(p) - n) / commits for p, n in zip(pids, csw0, strict=True)]
         w.close()
     raw = []

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import select
 import socket
 import struct
@@ -30,6 +29,7 @@ import sys
 import time
 
 from qjm._native import segment_io
+from qjm.bench.workload import cpu_seconds
 
 MSG = 1088
 WARMUP = 200
@@ -61,13 +61,7 @@ def _pair() -> tuple[socket.socket, socket.socket]:
 
 
 def _cpu_seconds(pids: list[int]) -> float:
-    total = 0.0
-    for pid in pids:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    return total + own.ru_utime + own.ru_stime
+    return sum(cpu_seconds(pids))  # this process and the receivers
 
 
 def main(directory: str, rounds: int) -> None:

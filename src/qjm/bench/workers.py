@@ -151,7 +151,7 @@ def roll_variant(uri: str, w: Writer, cfg: dict[str, float], out: dict[str, Any]
     chunk = [os.urandom(ROLL_RECORD)] * 1000
     rates: dict[str, list[float]] = {"noroll": [], "roll": []}
     rolls = 0
-    in_sync = 3
+    in_sync = len(w.qjm.loggers.loggers)
     for i in range(pairs):
         order = ("noroll", "roll") if i % 2 == 0 else ("roll", "noroll")
         progress(f"automatic roll: pair {i + 1}/{pairs}, a phase without the writer's own rolls and one with")

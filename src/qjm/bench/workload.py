@@ -101,16 +101,22 @@ def roll_every(cfg: dict[str, float]) -> float:
     return min(ROLL_EVERY, cfg["seconds"] / 2)
 
 
+def process_cpu_seconds(pid: int) -> tuple[float, float]:
+    """(user, kernel) CPU seconds so far of process ``pid``, every thread included (``/proc``)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()  # fields from the 3rd on: utime, stime are 14, 15
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
 def cpu_seconds(pids: list[int]) -> tuple[float, float]:
     """(user, kernel) CPU seconds so far of this process and of ``pids``, every thread included."""
     t = os.times()
     user, kernel = t.user, t.system
-    tick = os.sysconf("SC_CLK_TCK")
     for pid in pids:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()  # fields from the 3rd on: utime, stime are 14, 15
-        user += int(fields[11]) / tick
-        kernel += int(fields[12]) / tick
+        u, k = process_cpu_seconds(pid)
+        user += u
+        kernel += k
     return user, kernel
 
 
