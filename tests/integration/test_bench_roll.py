@@ -37,4 +37,4 @@ def test_each_rolling_phase_holds_one_roll_and_the_pairs_alternate(
     assert out["rolls"] == 3  # one in each rolling phase, none in the others
     assert len(out["tput_roll"]) == len(out["tput_noroll"]) == 3
     assert all(r > 0 for r in out["tput_roll"] + out["tput_noroll"])
-    assert out["roll_every"] == every and out["roll_in_sync"] in (2, 3)
+    assert out["roll_every"] == every and out["roll_in_sync"] in (2, 3) and out["roll_nodes"] == 3

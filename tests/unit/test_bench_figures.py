@@ -276,7 +276,7 @@ def test_the_roll_ratio_is_the_median_of_the_pairs_ratios_with_their_spread() ->
     """Each pair of phases gives a ratio; the figure is their median, not the ratio of the sums
     (here 0.8), so one pair hit by a burst of load does not move it."""
     raw: dict[str, Any] = {"latency": [[0.001]], "tput_roll": [90e3, 100e3, 50e3], "tput_noroll": [100e3] * 3,
-                           "rolls": 3, "roll_every": 1.0, "roll_in_sync": 3}  # fmt: skip
+                           "rolls": 3, "roll_every": 1.0, "roll_in_sync": 3, "roll_nodes": 3}  # fmt: skip
     s = report.summarise(raw)
     assert s["pipelined_roll_ratio"] == pytest.approx(0.9)
     sp = s["spread"]["pipelined_roll_ratio"]

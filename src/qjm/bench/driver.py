@@ -84,7 +84,7 @@ def run(
       ``failover_cold_p50_ms``, ``failover_same_process_p50_ms`` (the floor: also ``ceiling_*``;
       native and pure: also ``tput_roll_rps``, ``tput_noroll_rps`` and ``pipelined_roll_ratio``,
       the median of the ratios of pairs of phases with and without the writer's own rolls, and
-      ``rolls``, ``roll_every_s``, ``roll_in_sync``);
+      ``rolls``, ``roll_every_s``, ``roll_in_sync`` of ``roll_nodes``);
       each figure is the median of its counted phases, and ``spread[figure]`` holds ``min``, ``max``
       and every counted ``phases`` value (failovers: ``q1``, ``q3`` and every ``runs`` value);
       ``warmup`` the warm-up phases, which are not counted;

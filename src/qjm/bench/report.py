@@ -63,7 +63,8 @@ def summarise(raw: dict[str, Any]) -> dict[str, Any]:
     if "tput_roll" in raw:
         s["rolls"] = raw["rolls"]
         s["roll_every_s"] = raw["roll_every"]
-        s["roll_in_sync"] = raw.get("roll_in_sync", 3)
+        s["roll_in_sync"] = raw["roll_in_sync"]
+        s["roll_nodes"] = raw["roll_nodes"]
     for ceiling in ("ceiling", "raw_ceiling"):  # preallocated segments; O_DIRECT writes extending the file
         if f"{ceiling}_bps" in raw:
             bps = raw[f"{ceiling}_bps"]
@@ -199,8 +200,8 @@ def roll_note(who: str, v: dict[str, Any]) -> str:
         note += "; the pairs fall on both sides of the goal, so this run does not settle it"
     if v["rolls"] < pairs:
         note += f"; only {v['rolls']} rolls in {pairs} rolling phases (a phase ends after {ROLL_PHASE_LIMIT} periods)"
-    if v["roll_in_sync"] < 3:
-        note += f"; only {v['roll_in_sync']} of 3 nodes were in sync at the end of some phase"
+    if v["roll_in_sync"] < v["roll_nodes"]:
+        note += f"; only {v['roll_in_sync']} of {v['roll_nodes']} nodes were in sync at the end of some phase"
     return note
 
 

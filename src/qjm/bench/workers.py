@@ -176,6 +176,7 @@ def roll_variant(uri: str, w: Writer, cfg: dict[str, float], out: dict[str, Any]
     out["rolls"] = rolls
     out["roll_every"] = every
     out["roll_in_sync"] = in_sync  # the fewest nodes in sync at the end of a phase
+    out["roll_nodes"] = len(w.qjm.loggers.loggers)
     w.roll()
     w2 = open_writer(uri)
     w.abort()
