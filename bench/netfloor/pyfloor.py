@@ -65,7 +65,12 @@ def _cpu_seconds(pids: list[int]) -> float:
 
 
 def main(directory: str, rounds: int) -> None:
-    os.makedirs(directory, exist_ok=True)
+    try:
+        os.makedirs(directory, exist_ok=True)
+        segment_io.Appender(os.path.join(directory, "pyfloor-probe"), bytes(64)).close()
+        os.unlink(os.path.join(directory, "pyfloor-probe"))
+    except OSError as e:
+        sys.exit(f"pyfloor: cannot append in {directory}: {e}")
     socks: list[socket.socket] = []
     pids: list[int] = []
     for i in range(3):
@@ -128,6 +133,7 @@ def main(directory: str, rounds: int) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        sys.exit("usage: python bench/netfloor/pyfloor.py DIR [ROUNDS]")
+    usage = "usage: python bench/netfloor/pyfloor.py DIR [ROUNDS] (ROUNDS: a whole number >= 1, default 3000)"
+    if not 2 <= len(sys.argv) <= 3 or (len(sys.argv) == 3 and not (sys.argv[2].isdigit() and int(sys.argv[2]) >= 1)):
+        sys.exit(usage)
     main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 3000)
