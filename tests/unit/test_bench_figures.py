@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import qjm
-from qjm.bench import download, driver, floor, report, workload
+from qjm.bench import control_floor, download, driver, floor, report, workload
 from qjm.protocol.frame import FRAME_HEADER_SIZE, RECORD_PREFIX_SIZE
 
 
@@ -80,6 +80,64 @@ def test_c_floors_compile_and_run_in_this_run(tmp_path: Path) -> None:
     assert "CPU per sync commit" not in note  # no figure of qjm's to set beside it
     note = report.c_floor_note(c, {"sync_p50_us": 2 * c["net_p50_us"], "sync_cpu_us": 3 * c["net_cpu_us"]})
     assert f"C networked {c['net_cpu_us']:.0f} µs, qjm native {3 * c['net_cpu_us']:.0f} µs (3.0x)" in note
+
+
+def _processes_naming(text: str) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if text.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            pass  # a process that ended while the list was read
+    return found
+
+
+def test_the_control_floor_runs_the_takeover_rounds_on_three_real_servers(tmp_path: Path) -> None:
+    """Both kinds of cold takeover are measured; the takeovers with disk work reach every node's
+    disk, the slowest node's included (segments finalized and started in order); no server outlives
+    the measurement."""
+    c = control_floor.run_control_floor(str(tmp_path), smoke=True)
+    counted = int(workload.SMOKE["cold_failovers"])
+    for key in ("cold_p50_ms", "cold_nodisk_p50_ms"):
+        assert c[key] > 0 and len(c["spread"][key]["runs"]) == counted
+    takeovers = control_floor.WARMUP + counted
+    for i in range(3):
+        names = set(os.listdir(tmp_path / f"control-{i}"))
+        assert {f"seg-{k}.done" for k in range(takeovers)} <= names and f"seg-{takeovers}" in names, names
+    assert _processes_naming(str(tmp_path)) == []
+
+
+def test_a_control_floor_round_that_fails_fails_the_run(tmp_path: Path) -> None:
+    """A node whose disk work fails (its segment to finalize is gone) is a clear error, not a figure."""
+    proc, port = control_floor.start_server(str(tmp_path / "n0"))
+    try:
+        os.remove(tmp_path / "n0" / "seg-0")
+        with pytest.raises(RuntimeError, match="round F"):
+            control_floor.cold_run(0, True, [port, port, port])
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert control_floor.main(["nonsense"]) == 2
+
+
+def test_the_failover_note_sets_the_cold_takeover_beside_the_grpc_and_disk_floors() -> None:
+    def iqr_of(key: str, runs: list[float]) -> dict[str, Any]:
+        return {key: workload.iqr(runs)["median"], "spread": {key: workload.iqr(runs)}}
+
+    native = iqr_of("failover_cold_p50_ms", [19.0, 20.0, 21.0])
+    disk = iqr_of("failover_cold_p50_ms", [2.0, 2.0, 2.0])
+    grpc = iqr_of("cold_p50_ms", [14.0, 16.0, 18.0]) | {"cold_nodisk_p50_ms": 10.5}
+    note = report.failover_floor_note(grpc, {"native": native, "floor": disk})
+    assert "qjm native p50 20.00 (19.00-21.00) ms (goal <= 10 ms: missed)" in note
+    assert "16.00 (14.00-18.00) ms with the node's disk work in each round" in note
+    assert "10.50 ms without it; the disk work alone 2.00 (2.00-2.00) ms" in note
+    assert "qjm native = 1.25x the gRPC floor (that floor is above the goal" in note
+    fast = report.failover_floor_note(
+        grpc | {"cold_p50_ms": 8.0}, {"native": native | {"failover_cold_p50_ms": 9.0}, "floor": disk}
+    )
+    assert "(goal <= 10 ms: met)" in fast and "above the goal" not in fast and "= 1.12x the gRPC floor" in fast
 
 
 def test_cpu_per_sync_commit_is_summarised_from_the_latency_phases() -> None:
@@ -219,12 +277,15 @@ def test_the_plot_has_every_panel_and_says_when_it_is_a_smoke_run(tmp_path: Path
             "summary": {"floor": s, "native": s | tail, "pure": s},
             "raw": {k: {"latency": [[0.0003, 0.0004]]} for k in ("floor", "native", "pure")},
         }
+        if not smoke:
+            result["control_floor"] = {"cold_p50_ms": 15.0}
         out = tmp_path / f"plot-{smoke}.png"
         texts = report.plot_result(result, str(out))
         assert out.stat().st_size > 10_000
         assert ("SMOKE RUN" in texts[0]) == smoke and "commit abc" in texts[0]
         assert any("failover" in t for t in texts) and any("tail staleness" in t for t in texts)
         assert ("not measured in this run" in texts) == (not tail)
+        assert ("cold: bare gRPC rounds + disk work (floor)" in texts) == (not smoke)
 
 
 def test_the_table_gives_each_figure_with_its_spread_and_says_when_tail_staleness_was_not_measured() -> None:

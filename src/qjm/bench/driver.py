@@ -16,6 +16,7 @@ from typing import Any
 
 import qjm
 from qjm._native import capabilities
+from qjm.bench.control_floor import run_control_floor
 from qjm.bench.download import measure_download_rss
 from qjm.bench.floor import run_c_floors, worker_floor
 from qjm.bench.peers import PEERS, measure
@@ -49,6 +50,7 @@ def estimate_seconds(smoke: bool, peers: bool) -> float:
     tput = len(RECORD_SIZES) * phases * cfg["seconds"]
     floor = 2 + tput + 2 * cfg["seconds"] + phases * cfg["rounds"] * 3e-4 + cfg["failovers"] * 0.05
     c_floors = 2 + int(cfg["phases"]) * 2 * (cfg["rounds"] + 200) * 3e-4
+    c_floors += 2 + 2 * (cfg["cold_failovers"] + 1) * 0.8  # the control floor's cold takeovers
     qjm = 4 + tput + phases * cfg["rounds"] * 4e-4 + cfg["failovers"] * 0.1 + 2 * cfg["cold_failovers"] * 1.5
     qjm += cfg["roll_pairs"] * 2 * (roll_every(cfg) + 0.05)  # the roll variant: one roll period a phase
     total = floor + c_floors + 2 * qjm + (len(PEERS) * (15 + 2 * tput + phases * cfg["rounds"] * 1e-3) if peers else 0)
@@ -91,6 +93,9 @@ def run(
     - ``c_floors``: ``local_p50_us``, ``local_p99_us``, ``net_p50_us``, ``net_p99_us``,
       ``local_cpu_us``, ``net_cpu_us`` (CPU per commit of netfloor and its receivers) (medians of
       runs) and their ``spread``, or ``skipped``: why;
+    - ``control_floor``: ``cold_p50_ms`` and ``cold_nodisk_p50_ms``, a cold process's takeover
+      rounds over bare gRPC to three servers doing the node's disk work in each round, or none
+      (``qjm.bench.control_floor``), medians of ``cold_failovers`` runs, and their ``spread``;
     - with ``peers``: ``peers``: per peer the same figures, plus ``batch{size}_rps``/``_mbps`` of its
       batching client, ``durable``, ``version``, ``how``, ``how_batched``; and ``peer_goals``:
       ``best_durable_row`` (peer, client, ratio of qjm native's 1 KiB records/s to it, in words),
@@ -120,6 +125,8 @@ def run(
         }
         progress(f"C floors ({time.monotonic() - t0:.0f} s so far)", False)
         c_floors = run_c_floors(base, smoke)
+        progress(f"control floor: the takeover's rounds over bare gRPC ({time.monotonic() - t0:.0f} s so far)", False)
+        control_floor = run_control_floor(os.path.join(base, "control"), smoke)
         progress(f"qjm native ({time.monotonic() - t0:.0f} s so far)", False)
         raw["native"] = run_worker("qjm", os.path.join(base, "native"), smoke, pure=False)
         progress(f"qjm pure ({time.monotonic() - t0:.0f} s so far)", False)
@@ -152,6 +159,7 @@ def run(
         "machine": machine,
         "summary": {k: summarise(v) for k, v in raw.items()},
         "c_floors": c_floors,
+        "control_floor": control_floor,
         "raw": raw,
     }
     if download is not None:

@@ -175,41 +175,87 @@ def _slot_write(fd: int, k: int) -> None:
     os.fdatasync(fd)
 
 
+class TakeoverDisk:
+    """The durable disk work one node does for a takeover of a log in sync, round by round.
+
+    Takeover ``k`` (from 0) finalizes segment ``k`` and starts segment ``k + 1``. The rounds are
+    the writer's: ``promise`` (new_epoch: the promise written in place; no accept round, no paxos
+    record), ``finalize`` (cut the preallocation, fsync, rename, fsync the directory) and ``start``
+    (the writer epoch in place, a new preallocated segment, fsync of the directory), then
+    ``first_commit`` (one 1 KiB frame appended and fdatasynced). ``floor_failover`` runs them back
+    to back; ``qjm.bench.control_floor`` runs each inside the gRPC round that asks for it."""
+
+    def __init__(self, directory: str) -> None:
+        self.dir = directory
+        os.makedirs(directory, exist_ok=True)
+        self.record = _frame([os.urandom(LATENCY_RECORD)], 1)
+        self._promised = _slot_file(os.path.join(directory, "last-promised-epoch"))
+        self._writer = _slot_file(os.path.join(directory, "last-writer-epoch"))
+        self._new: segment_io.Appender | None = None
+        old = segment_io.Appender(self._segment(0), _segment_header())
+        old.append(self.record)
+        old.sync()
+        old.close()
+
+    def _segment(self, k: int) -> str:
+        return os.path.join(self.dir, f"seg-{k}")
+
+    def promise(self, k: int) -> None:
+        _slot_write(self._promised, k)
+
+    def finalize(self, k: int) -> None:
+        seg = self._segment(k)
+        fd = os.open(seg, os.O_RDWR)
+        try:
+            os.ftruncate(fd, len(self.record) + 64)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(seg, seg + ".done")
+        _fsync_dir(self.dir)
+
+    def start(self, k: int) -> None:
+        self.release()
+        _slot_write(self._writer, k)
+        self._new = segment_io.Appender(self._segment(k + 1), _segment_header())
+        _fsync_dir(self.dir)
+
+    def first_commit(self) -> None:
+        assert self._new is not None, "start comes first"
+        self._new.append(self.record)
+        self._new.sync()
+
+    def release(self) -> None:
+        """Close the new segment's file (outside the timed work: a close is no durable step)."""
+        if self._new is not None:
+            self._new.close()
+            self._new = None
+
+    def close(self) -> None:
+        self.release()
+        os.close(self._promised)
+        os.close(self._writer)
+
+
 def floor_failover(base: str, reps: int) -> list[float]:
     """The durable disk work of fence + recover + first commit on a node, three nodes at once."""
-    record = _frame([os.urandom(LATENCY_RECORD)], 1)
     lat = [[0.0] * reps for _ in range(3)]
     barrier = threading.Barrier(3)
 
     def node(i: int) -> None:
-        d = os.path.join(base, f"fo{i}")
-        os.makedirs(d, exist_ok=True)
-        promised = _slot_file(os.path.join(d, "last-promised-epoch"))
-        writer = _slot_file(os.path.join(d, "last-writer-epoch"))
-        old = segment_io.Appender(os.path.join(d, "seg-0"), _segment_header())
-        old.append(record)
-        old.sync()
-        old.close()
-        for k in range(reps):
-            barrier.wait()
-            t = time.perf_counter()
-            _slot_write(promised, k)  # new_epoch (the log is in sync: no accept round, no paxos record)
-            seg = os.path.join(d, f"seg-{k}")
-            fd = os.open(seg, os.O_RDWR)  # finalize: cut the preallocation, fsync, rename
-            os.ftruncate(fd, len(record) + 64)
-            os.fsync(fd)
-            os.close(fd)
-            os.rename(seg, seg + ".done")
-            _fsync_dir(d)
-            _slot_write(writer, k)  # start_log_segment
-            new = segment_io.Appender(os.path.join(d, f"seg-{k + 1}"), _segment_header())
-            _fsync_dir(d)
-            new.append(record)  # first commit
-            new.sync()
-            lat[i][k] = time.perf_counter() - t
-            new.close()
-        os.close(promised)
-        os.close(writer)
+        disk = TakeoverDisk(os.path.join(base, f"fo{i}"))
+        try:
+            for k in range(reps):
+                barrier.wait()
+                t = time.perf_counter()
+                disk.promise(k)
+                disk.finalize(k)
+                disk.start(k)
+                disk.first_commit()
+                lat[i][k] = time.perf_counter() - t
+                disk.release()
+        finally:
+            disk.close()
 
     _three(node)
     return [sorted(lat[i][k] for i in range(3))[1] for k in range(reps)]
