@@ -7,7 +7,9 @@ Starts three JournalNode processes, holds a writer with an open segment, and for
 weighs on all alike:
 
 - ``cold:SRC`` for each source tree SRC (default: the ``src`` beside this script; ``SRC+hint``
-  also hands the process the epoch to propose, so it skips get_journal_state as a standby would):
+  also hands the process the epoch to propose, so it skips get_journal_state as a standby would;
+  ``SRC+standby`` makes it a standby as ``qjm bench``'s failover_p50: it reads the open segment
+  through a reader before the clock starts, so its channels are open and it knows the epoch):
   a fresh process with the client imported (as ``qjm bench``'s failover_cold) times
   ``open_writer`` + one 1 KiB ``append`` + ``sync``, with a perf_counter timestamp at the start
   and end of every step: the manager and its channels, each node's control call, each quorum
@@ -59,8 +61,9 @@ def _timed(owner: Any, name: str, events: list[Event], t0: list[float], label: s
     setattr(owner, name, wrapper)
 
 
-def cold(uri: str, hint: int) -> None:
-    """One cold takeover in this (fresh) process; prints its events as JSON."""
+def cold(uri: str, hint: int, follow: int = 0) -> None:
+    """One cold takeover in this (fresh) process, after reading the open segment from txid
+    ``follow`` when that is not 0; prints its events as JSON."""
     import qjm.bench.driver  # noqa: F401  (what the bench's failover worker has imported)
     from qjm.client import grpc_io, manager, quorum, writer
     from qjm.client.shared import EPOCH_HINTS
@@ -80,6 +83,13 @@ def cold(uri: str, hint: int) -> None:
     if hint:
         u = parse_uri(uri)
         EPOCH_HINTS.note((tuple(sorted(str(a) for a in u.nodes)), u.journal_id), hint)
+    reader = None
+    if follow:
+        from qjm.client.reader import open_reader
+
+        reader = open_reader(uri, from_txid=follow, include_in_progress=True)
+        if not any(True for _ in reader):
+            raise RuntimeError("the standby read nothing of the open segment")
     record = os.urandom(1024)
     cpu = time.process_time()
     t0[0] = time.perf_counter()
@@ -90,6 +100,8 @@ def cold(uri: str, hint: int) -> None:
     took = time.perf_counter() - t0[0]
     events += [("open_writer", "", 0.0, opened), ("process CPU", "", 0.0, time.process_time() - cpu)]
     w.abort()
+    if reader is not None:
+        reader.qjm.close()
     print(json.dumps({"took": took, "events": events}))
 
 
@@ -172,11 +184,13 @@ def measure(rounds: int, trees: list[str]) -> dict[str, list[dict[str, Any]]]:
         for i in range(rounds + 1):
             kinds: list[tuple[str, Callable[[], dict[str, Any]]]] = []
             for tree in trees:
-                path, hinted = tree.removesuffix("+hint"), tree.endswith("+hint")
+                path = tree.removesuffix("+hint").removesuffix("+standby")
+                hinted, standby = tree.endswith("+hint"), tree.endswith("+standby")
 
-                def cold_run(p: str = path, hinted: bool = hinted) -> dict[str, Any]:
+                def cold_run(p: str = path, hinted: bool = hinted, standby: bool = standby) -> dict[str, Any]:
                     epoch = str(w.epoch if hinted else 0)  # the holder's epoch when this process starts
-                    return take_over(lambda: _child(["cold", c.uri, epoch], p))
+                    follow = str(w.segment_txid if standby else 0)
+                    return take_over(lambda: _child(["cold", c.uri, epoch, follow], p))
 
                 kinds.append((f"cold:{tree}", cold_run))
             kinds += [
@@ -219,7 +233,7 @@ def report(out: dict[str, list[dict[str, Any]]]) -> None:
 
 def main(argv: list[str]) -> None:
     if argv and argv[0] == "cold":
-        cold(argv[1], int(argv[2]))
+        cold(argv[1], int(argv[2]), int(argv[3]) if len(argv) > 3 else 0)
     elif argv and argv[0] == "grpc":
         bare_grpc(argv[1], int(argv[2]))
     else:

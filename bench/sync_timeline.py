@@ -165,12 +165,49 @@ def main(commits: int) -> None:
         if done:
             seen.append(done[0] - a)
     print(f"  writer counted the quorum: {_p(seen):.0f} ({statistics.mean(n_looks):.2f} looks per commit)")
+    _tail(commits_at, journal, counted)
     print(
         "  node CPU per commit (µs): "
         + ", ".join(f"{x:.0f}" for x in cpu)
         + f" (mean {statistics.mean(cpu):.1f}); voluntary switches per commit: "
         + ", ".join(f"{x:.2f}" for x in csw)
     )
+
+
+def _tail(
+    commits_at: list[tuple[int, int, int]], journal: list[list[tuple[int, int]]], counted: list[tuple[int, int]]
+) -> None:
+    """The same steps for the slowest 1% of commits against the rest: where a slow commit's time went."""
+    looks = [t for t, _ in counted]
+    starts = [[s for s, _ in js] for js in journal]
+    rows = []
+    for a, b, c in commits_at:
+        ends = []
+        for js, st in zip(journal, starts, strict=True):
+            i = bisect.bisect_left(st, a)
+            if i < len(js) and js[i][0] < c:
+                ends.append(js[i])
+        if len(ends) < 2:
+            continue
+        i, j = bisect.bisect_left(looks, b), bisect.bisect_right(looks, c)
+        done = [t for t, n in counted[i:j] if n >= 2]
+        if not done:
+            continue
+        second_end = sorted(e for _, e in ends)[1]
+        first_start = min(s for s, _ in ends)
+        rows.append((c - a, b - a, first_start - a, second_end - a, done[0] - a, max(e - s for s, e in ends)))
+    if len(rows) < 100:
+        return
+    rows.sort()
+    cut = len(rows) - len(rows) // 100
+    names = ("sync", "sent", "first journal() starts", "second journal() ends", "quorum counted",
+             "slowest journal() takes")  # fmt: skip
+    for label, part in (("the fastest 99%", rows[:cut]), ("the slowest 1%", rows[cut:])):
+        cols = list(zip(*part, strict=True))
+        print(
+            f"  {label} ({len(part)}), medians: "
+            + ", ".join(f"{n} {statistics.median(x) / 1e3:.0f}" for n, x in zip(names, cols, strict=True))
+        )
 
 
 if __name__ == "__main__":
