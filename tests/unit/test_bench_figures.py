@@ -140,6 +140,17 @@ def test_the_failover_note_sets_the_cold_takeover_beside_the_grpc_and_disk_floor
     assert "(goal <= 10 ms: met)" in fast and "above the goal" not in fast and "= 1.12x the gRPC floor" in fast
 
 
+def test_the_time_estimate_is_in_words_a_reader_can_use() -> None:
+    """A smoke run is announced in seconds (never "about 0 min"), a full one in minutes; peers,
+    TLS and a full run each add time."""
+    assert driver.duration_words(35.3) == "about 35 s" and driver.duration_words(300) == "about 5 min"
+    smoke = driver.estimate_seconds(True, False)
+    assert driver.duration_words(smoke).endswith(" s") and smoke >= 5
+    assert smoke < driver.estimate_seconds(True, True) < driver.estimate_seconds(True, True, tls=True)
+    full = driver.estimate_seconds(False, True, tls=True)
+    assert driver.duration_words(full).endswith(" min") and full > 5 * driver.estimate_seconds(True, True, tls=True)
+
+
 def test_cpu_per_sync_commit_is_summarised_from_the_latency_phases() -> None:
     raw: dict[str, Any] = {"latency": [[0.001] * 10], "latency_cpu": {"cpu_user_ns": 150e3, "cpu_kernel_ns": 250e3}}
     assert report.summarise(raw)["sync_cpu_us"] == 400.0

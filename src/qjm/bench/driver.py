@@ -43,20 +43,32 @@ def check_options(plot: str | None, directory: str | None) -> None:
         raise BenchUsageError(f"--dir {directory}: not writable")
 
 
-def estimate_seconds(smoke: bool, peers: bool) -> float:
-    """About how long ``run`` takes on an idle 2-core machine (a loaded one takes longer)."""
+def estimate_seconds(smoke: bool, peers: bool, tls: bool = False) -> float:
+    """About how long ``run`` takes on an idle 2-core machine (a loaded one takes longer).
+
+    Fitted to runs of this machine: a full run with ``--peers --tls`` took 300 s, a smoke run with
+    them 35 s and one without them 17 s."""
     cfg = SMOKE if smoke else FULL
     phases = int(cfg["phases"]) + 1
     tput = len(RECORD_SIZES) * phases * cfg["seconds"]
-    floor = 2 + tput + 2 * cfg["seconds"] + phases * cfg["rounds"] * 3e-4 + cfg["failovers"] * 0.05
-    c_floors = 2 + int(cfg["phases"]) * 2 * (cfg["rounds"] + 200) * 3e-4
-    c_floors += 2 + 2 * (cfg["cold_failovers"] + 1) * 0.8  # the control floor's cold takeovers
-    qjm = 4 + tput + phases * cfg["rounds"] * 4e-4 + cfg["failovers"] * 0.1 + 2 * cfg["cold_failovers"] * 1.5
+    floor = 1 + tput + 2 * cfg["seconds"] + phases * cfg["rounds"] * 3e-4 + cfg["failovers"] * 0.05
+    c_floors = 1 + int(cfg["phases"]) * 2 * (cfg["rounds"] + 200) * 3e-4
+    control_floor = 1 + 2 * (cfg["cold_failovers"] + 1) * 0.4  # cold takeovers, with disk work and without
+    # a worker: cluster, latency, tail staleness and reading, throughput, failovers in its process
+    worker = 3 + tput + phases * cfg["rounds"] * 4e-4 + cfg["failovers"] * 0.1
+    qjm = worker + 2 * cfg["cold_failovers"] * 0.6  # standby and cold takeovers, a process each
     qjm += cfg["roll_pairs"] * 2 * (roll_every(cfg) + 0.05)  # the roll variant: one roll period a phase
-    total = floor + c_floors + 2 * qjm + (len(PEERS) * (15 + 2 * tput + phases * cfg["rounds"] * 1e-3) if peers else 0)
+    total = floor + c_floors + control_floor + 2 * qjm + (worker if tls else 0)
+    if peers:
+        total += len(PEERS) * (3 + 2 * tput + phases * cfg["rounds"] * 1e-3 + (0 if smoke else 7))
     if not smoke:
-        total += 90  # download_rss_mib: 1 GiB written, caught up by a node and read
+        total += 25  # download_rss_mib: 1 GiB written, caught up by a node and read
     return total
+
+
+def duration_words(seconds: float) -> str:
+    """ "about 40 s" under a minute and a half, else "about 5 min"."""
+    return f"about {seconds:.0f} s" if seconds < 90 else f"about {seconds / 60:.0f} min"
 
 
 def run(
@@ -111,7 +123,8 @@ def run(
     """
     check_options(plot, directory)
     kind = "smoke" if smoke else "full"
-    progress(f"about {estimate_seconds(smoke, peers) / 60:.0f} min on an idle 2-core machine ({kind} run)", False)
+    took = duration_words(estimate_seconds(smoke, peers, tls))
+    progress(f"{took} on an idle 2-core machine ({kind} run)", False)
     # absolute: the peers' servers run in directories of their own and are given paths under it
     base = tempfile.mkdtemp(prefix="qjm-bench-", dir=os.path.abspath(directory) if directory else None)
     peer_raw: dict[str, dict[str, Any]] = {}
