@@ -44,6 +44,13 @@ if _path:
                 _log("J %d %d\\n" % (t, time.perf_counter_ns()))
                 return r
             mod.Journal.journal = journal
+            sync = mod.Journal._sync_or_abort
+            def sync_or_abort(self, seg):
+                t = time.perf_counter_ns()
+                r = sync(self, seg)
+                _log("S %d %d\\n" % (t, time.perf_counter_ns()))
+                return r
+            mod.Journal._sync_or_abort = sync_or_abort
         else:
             base = mod.fanout.Receiver
             class Timed(base):
@@ -130,15 +137,17 @@ def main(commits: int) -> None:
         with open(path) as f:
             raw.append([line.split() for line in f])
     journal = [[(int(x[1]), int(x[2])) for x in r if x[0] == "J"] for r in raw]
+    syncs = [[(int(x[1]), int(x[2])) for x in r if x[0] == "S"] for r in raw]
     acks = [[int(x[1]) for x in r if x[0] == "A"] for r in raw]
     total = [c - a for a, _, c in commits_at]
     print(f"{commits} commits of 1 KiB; load {os.getloadavg()[0]:.1f}; p50 µs after append()")
     print(f"  sync p50 {_p(total):.0f}, p90 {_p(total, 0.9):.0f}, p99 {_p(total, 0.99):.0f}")
     print(f"  batch framed and sent to all nodes: {_p([b - a for a, b, _ in commits_at]):.0f}")
     ends: list[list[int]] = []
-    for k, (js, ak) in enumerate(zip(journal, acks, strict=True)):
+    for k, (js, ak, ss) in enumerate(zip(journal, acks, syncs, strict=True)):
         starts = [s for s, _ in js]
-        arrive, took, end, to_ack = [], [], [], []
+        sync_starts = [s for s, _ in ss]
+        arrive, took, end, to_ack, synced = [], [], [], [], []
         for a, _, cend in commits_at:
             i = bisect.bisect_left(starts, a)
             if i < len(js) and js[i][0] < cend:
@@ -149,10 +158,14 @@ def main(commits: int) -> None:
                 j = bisect.bisect_left(ak, e)
                 if j < len(ak):
                     to_ack.append(ak[j] - e)
+                j = bisect.bisect_left(sync_starts, s)
+                if j < len(ss) and ss[j][1] <= e:
+                    synced.append(ss[j][1] - ss[j][0])
         ends.append(end)
         print(
             f"  node {k}: append starts {_p(arrive):.0f}, journal() takes {_p(took):.0f} "
-            f"(p90 {_p(took, 0.9):.0f}), ends {_p(end):.0f}, ack sent {_p(to_ack):.0f} later"
+            f"(p90 {_p(took, 0.9):.0f}; its fdatasync and stats {_p(synced):.0f}), ends {_p(end):.0f}, "
+            f"ack sent {_p(to_ack):.0f} later"
         )
     second = [sorted(e)[1] for e in zip(*ends, strict=False) if len(e) >= 2]
     print(f"  second node to finish journal(): {_p(second):.0f}")
