@@ -22,9 +22,10 @@ import os
 import signal
 import statistics
 import sys
-import tempfile
 import time
 from typing import Any
+
+from node_trace import traced_nodes
 
 SITECUSTOMIZE = """
 import os, sys, time, builtins, signal
@@ -76,60 +77,54 @@ COLUMNS = ("in", "servicer before", "journal method", "servicer after", "out", "
 
 
 def main(takeovers: int) -> None:
-    work = tempfile.mkdtemp(prefix="qjm-split-")
-    with open(os.path.join(work, "sitecustomize.py"), "w") as f:
-        f.write(SITECUSTOMIZE)
-    trace = os.path.join(work, "trace")
-    os.environ["QJM_SPLIT_FILE"] = trace
-    os.environ["PYTHONPATH"] = work + os.pathsep + os.environ.get("PYTHONPATH", "")
+    with traced_nodes(SITECUSTOMIZE, "QJM_SPLIT_FILE", "qjm-split-") as (work, trace):
+        from qjm.client import grpc_io
+        from qjm.client.writer import open_writer
+        from qjm.testing.minicluster import MiniJournalCluster
 
-    from qjm.client import grpc_io
-    from qjm.client.writer import open_writer
-    from qjm.testing.minicluster import MiniJournalCluster
+        calls: list[tuple[str, str, int, int]] = []  # (op, node, start, end) in this process
+        call = grpc_io.GrpcNodeIO.call
 
-    calls: list[tuple[str, str, int, int]] = []  # (op, node, start, end) in this process
-    call = grpc_io.GrpcNodeIO.call
+        def timed_call(self: grpc_io.GrpcNodeIO, op: str, request: Any, timeout: float) -> Any:
+            t = time.perf_counter_ns()
+            try:
+                return call(self, op, request, timeout)
+            finally:
+                calls.append((op, str(self.name), t, time.perf_counter_ns()))
 
-    def timed_call(self: grpc_io.GrpcNodeIO, op: str, request: Any, timeout: float) -> Any:
-        t = time.perf_counter_ns()
-        try:
-            return call(self, op, request, timeout)
-        finally:
-            calls.append((op, str(self.name), t, time.perf_counter_ns()))
-
-    grpc_io.GrpcNodeIO.call = timed_call  # type: ignore[method-assign]
-    took = []
-    with MiniJournalCluster(3, os.path.join(work, "cluster")) as c:
-        w = open_writer(c.uri, create=True)
-        for i in range(takeovers + 3):
-            for _ in range(10):
-                w.append(b"x" * 1024)
-            w.sync()  # the writer holds an open segment with committed records
-            if i == 3:
-                calls.clear()
-                took.clear()
-            t = time.perf_counter()
-            w2 = open_writer(c.uri)
-            w2.append(b"y" * 1024)
-            w2.sync()
-            took.append(time.perf_counter() - t)
-            w.abort()
-            w = w2
-        names = {n.proc.pid: c.addresses[i] for i, n in enumerate(c.nodes) if n.proc is not None}
-        for pid in names:
-            os.kill(pid, signal.SIGUSR1)
-        deadline = time.monotonic() + 10
-        while len(glob.glob(trace + ".*")) < len(names) and time.monotonic() < deadline:
-            time.sleep(0.05)  # a measuring tool: the nodes write their traces when signalled
-        time.sleep(0.2)
-        w.close()
-    node_events: dict[tuple[str, str, str], list[tuple[int, int]]] = {}
-    for path in glob.glob(trace + ".*"):
-        node = names[int(path.rsplit(".", 1)[1])]
-        with open(path) as f:
-            for line in f:
-                tag, name, s, e = line.split()
-                node_events.setdefault((tag, name, node), []).append((int(s), int(e)))
+        grpc_io.GrpcNodeIO.call = timed_call  # type: ignore[method-assign]
+        took = []
+        with MiniJournalCluster(3, os.path.join(work, "cluster")) as c:
+            w = open_writer(c.uri, create=True)
+            for i in range(takeovers + 3):
+                for _ in range(10):
+                    w.append(b"x" * 1024)
+                w.sync()  # the writer holds an open segment with committed records
+                if i == 3:
+                    calls.clear()
+                    took.clear()
+                t = time.perf_counter()
+                w2 = open_writer(c.uri)
+                w2.append(b"y" * 1024)
+                w2.sync()
+                took.append(time.perf_counter() - t)
+                w.abort()
+                w = w2
+            names = {n.proc.pid: c.addresses[i] for i, n in enumerate(c.nodes) if n.proc is not None}
+            for pid in names:
+                os.kill(pid, signal.SIGUSR1)
+            deadline = time.monotonic() + 10
+            while len(glob.glob(trace + ".*")) < len(names) and time.monotonic() < deadline:
+                time.sleep(0.05)  # a measuring tool: the nodes write their traces when signalled
+            time.sleep(0.2)
+            w.close()
+        node_events: dict[tuple[str, str, str], list[tuple[int, int]]] = {}
+        for path in glob.glob(trace + ".*"):
+            node = names[int(path.rsplit(".", 1)[1])]
+            with open(path) as f:
+                for line in f:
+                    tag, name, s, e = line.split()
+                    node_events.setdefault((tag, name, node), []).append((int(s), int(e)))
     rows: dict[str, list[tuple[float, ...]]] = {}
     for op, node, s, e in calls:
         if op not in CALLS:

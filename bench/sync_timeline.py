@@ -19,8 +19,9 @@ import glob
 import os
 import statistics
 import sys
-import tempfile
 import time
+
+from node_trace import traced_nodes
 
 SITECUSTOMIZE = """
 import os, sys, time, builtins
@@ -89,53 +90,47 @@ def _voluntary_switches(pid: int) -> int:
 
 
 def main(commits: int) -> None:
-    work = tempfile.mkdtemp(prefix="qjm-timeline-")
-    with open(os.path.join(work, "sitecustomize.py"), "w") as f:
-        f.write(SITECUSTOMIZE)
-    trace = os.path.join(work, "trace")
-    os.environ["QJM_TIMELINE_FILE"] = trace
-    os.environ["PYTHONPATH"] = work + os.pathsep + os.environ.get("PYTHONPATH", "")
+    with traced_nodes(SITECUSTOMIZE, "QJM_TIMELINE_FILE", "qjm-timeline-") as (work, trace):
+        import qjm
+        from qjm.bench.workload import process_cpu_seconds
+        from qjm.client import link_batch
+        from qjm.testing.minicluster import MiniJournalCluster
 
-    import qjm
-    from qjm.bench.workload import process_cpu_seconds
-    from qjm.client import link_batch
-    from qjm.testing.minicluster import MiniJournalCluster
+        counted: list[tuple[int, int]] = []  # (when, nodes holding the batch) at each look of the writer
+        outcome = link_batch.LinkBatch.outcome
 
-    counted: list[tuple[int, int]] = []  # (when, nodes holding the batch) at each look of the writer
-    outcome = link_batch.LinkBatch.outcome
+        def timed_outcome(self: link_batch.LinkBatch) -> tuple[dict[str, int], dict[str, BaseException]]:
+            r = outcome(self)
+            counted.append((time.perf_counter_ns(), len(r[0])))
+            return r
 
-    def timed_outcome(self: link_batch.LinkBatch) -> tuple[dict[str, int], dict[str, BaseException]]:
-        r = outcome(self)
-        counted.append((time.perf_counter_ns(), len(r[0])))
-        return r
-
-    link_batch.LinkBatch.outcome = timed_outcome  # type: ignore[method-assign]
-    rec = os.urandom(1024)
-    commits_at: list[tuple[int, int, int]] = []
-    with MiniJournalCluster(3, os.path.join(work, "cluster")) as c:
-        w = qjm.open_writer(c.uri, create=True)
-        for _ in range(300):
-            w.append(rec)
-            w.sync()
-        counted.clear()
-        pids = [n.proc.pid for n in c.nodes if n.proc is not None]
-        cpu0 = [sum(process_cpu_seconds(p)) for p in pids]
-        csw0 = [_voluntary_switches(p) for p in pids]
-        for _ in range(commits):
-            t0 = time.perf_counter_ns()
-            w.append(rec)
-            with w._lock:
-                w._flush()
-            t1 = time.perf_counter_ns()
-            w.sync()
-            commits_at.append((t0, t1, time.perf_counter_ns()))
-        cpu = [(sum(process_cpu_seconds(p)) - t) / commits * 1e6 for p, t in zip(pids, cpu0, strict=True)]
-        csw = [(_voluntary_switches(p) - n) / commits for p, n in zip(pids, csw0, strict=True)]
-        w.close()
-    raw = []
-    for path in sorted(glob.glob(trace + ".*")):
-        with open(path) as f:
-            raw.append([line.split() for line in f])
+        link_batch.LinkBatch.outcome = timed_outcome  # type: ignore[method-assign]
+        rec = os.urandom(1024)
+        commits_at: list[tuple[int, int, int]] = []
+        with MiniJournalCluster(3, os.path.join(work, "cluster")) as c:
+            w = qjm.open_writer(c.uri, create=True)
+            for _ in range(300):
+                w.append(rec)
+                w.sync()
+            counted.clear()
+            pids = [n.proc.pid for n in c.nodes if n.proc is not None]
+            cpu0 = [sum(process_cpu_seconds(p)) for p in pids]
+            csw0 = [_voluntary_switches(p) for p in pids]
+            for _ in range(commits):
+                t0 = time.perf_counter_ns()
+                w.append(rec)
+                with w._lock:
+                    w._flush()
+                t1 = time.perf_counter_ns()
+                w.sync()
+                commits_at.append((t0, t1, time.perf_counter_ns()))
+            cpu = [(sum(process_cpu_seconds(p)) - t) / commits * 1e6 for p, t in zip(pids, cpu0, strict=True)]
+            csw = [(_voluntary_switches(p) - n) / commits for p, n in zip(pids, csw0, strict=True)]
+            w.close()
+        raw = []
+        for path in sorted(glob.glob(trace + ".*")):
+            with open(path) as f:
+                raw.append([line.split() for line in f])
     journal = [[(int(x[1]), int(x[2])) for x in r if x[0] == "J"] for r in raw]
     syncs = [[(int(x[1]), int(x[2])) for x in r if x[0] == "S"] for r in raw]
     acks = [[int(x[1]) for x in r if x[0] == "A"] for r in raw]
