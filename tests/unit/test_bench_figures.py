@@ -122,6 +122,35 @@ def test_a_control_floor_round_that_fails_fails_the_run(tmp_path: Path) -> None:
     assert control_floor.main(["nonsense"]) == 2
 
 
+def test_a_control_floor_that_fails_costs_the_run_only_its_own_figure(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The run goes on to qjm's own phases, names the failure in ``failed_phases`` and prints the
+    table without the control floor's note."""
+    cpu = {"cpu_user_ns": 10.0, "cpu_kernel_ns": 20.0}
+    raw = {"latency": [[0.0003], [0.0005], [0.0004]], "tput100": [9e5, 8e5], "tput1024": [1e5, 2e5],
+           "tput100_cpu": cpu, "tput1024_cpu": cpu, "failover": [0.005, 0.006]}  # fmt: skip
+    ran: list[str] = []
+
+    def worker(kind: str, base: str, smoke: bool, pure: bool, tls: bool = False) -> dict[str, Any]:
+        ran.append(f"{kind}{'-pure' if pure else ''}")
+        return dict(raw)
+
+    def broken(base: str, smoke: bool) -> dict[str, Any]:
+        raise RuntimeError("qjm bench: control floor server did not start")
+
+    monkeypatch.setattr(driver, "run_worker", worker)
+    monkeypatch.setattr(driver, "run_c_floors", lambda base, smoke: {"skipped": "not in this test"})
+    monkeypatch.setattr(driver, "run_control_floor", broken)
+    result = driver.run(smoke=True)
+    assert ran == ["floor", "qjm", "qjm-pure"]
+    assert result["failed_phases"] == {"control_floor": "RuntimeError: qjm bench: control floor server did not start"}
+    assert "control_floor" not in result
+    out = capsys.readouterr()
+    assert "| sync commit p50" in out.out and "failover by a cold process" not in out.out
+    assert "control floor failed: qjm bench: control floor server did not start" in out.err
+
+
 def test_the_failover_note_sets_the_cold_takeover_beside_the_grpc_and_disk_floors() -> None:
     def iqr_of(key: str, runs: list[float]) -> dict[str, Any]:
         return {key: workload.iqr(runs)["median"], "spread": {key: workload.iqr(runs)}}

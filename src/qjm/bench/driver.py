@@ -67,7 +67,7 @@ def estimate_seconds(smoke: bool, peers: bool, tls: bool = False) -> float:
 
 
 def duration_words(seconds: float) -> str:
-    """ "about 40 s" under a minute and a half, else "about 5 min"."""
+    """A duration in words: "about 40 s" under a minute and a half, else "about 5 min"."""
     return f"about {seconds:.0f} s" if seconds < 90 else f"about {seconds / 60:.0f} min"
 
 
@@ -105,9 +105,10 @@ def run(
     - ``c_floors``: ``local_p50_us``, ``local_p99_us``, ``net_p50_us``, ``net_p99_us``,
       ``local_cpu_us``, ``net_cpu_us`` (CPU per commit of netfloor and its receivers) (medians of
       runs) and their ``spread``, or ``skipped``: why;
-    - ``control_floor``: ``cold_p50_ms`` and ``cold_nodisk_p50_ms``, a cold process's takeover
-      rounds over bare gRPC to three servers doing the node's disk work in each round, or none
-      (``qjm.bench.control_floor``), medians of ``cold_failovers`` runs, and their ``spread``;
+    - ``control_floor`` (absent when it failed: see ``failed_phases``): ``cold_p50_ms`` and
+      ``cold_nodisk_p50_ms``, a cold process's takeover rounds over bare gRPC to three servers
+      doing the node's disk work in each round, or none (``qjm.bench.control_floor``), medians of
+      ``cold_failovers`` runs, and their ``spread``;
     - with ``peers``: ``peers``: per peer the same figures, plus ``batch{size}_rps``/``_mbps`` of its
       batching client, ``durable``, ``version``, ``how``, ``how_batched``; and ``peer_goals``:
       ``best_durable_row`` (peer, client, ratio of qjm native's 1 KiB records/s to it, in words),
@@ -139,7 +140,12 @@ def run(
         progress(f"C floors ({time.monotonic() - t0:.0f} s so far)", False)
         c_floors = run_c_floors(base, smoke)
         progress(f"control floor: the takeover's rounds over bare gRPC ({time.monotonic() - t0:.0f} s so far)", False)
-        control_floor = run_control_floor(os.path.join(base, "control"), smoke)
+        control_floor = None
+        try:
+            control_floor = run_control_floor(os.path.join(base, "control"), smoke)
+        except (OSError, RuntimeError, subprocess.SubprocessError) as e:
+            failed["control_floor"] = f"{type(e).__name__}: {e}"  # the other phases' figures still count
+            progress(f"control floor failed: {e}", False)
         progress(f"qjm native ({time.monotonic() - t0:.0f} s so far)", False)
         raw["native"] = run_worker("qjm", os.path.join(base, "native"), smoke, pure=False)
         progress(f"qjm pure ({time.monotonic() - t0:.0f} s so far)", False)
@@ -172,9 +178,10 @@ def run(
         "machine": machine,
         "summary": {k: summarise(v) for k, v in raw.items()},
         "c_floors": c_floors,
-        "control_floor": control_floor,
         "raw": raw,
     }
+    if control_floor is not None:
+        result["control_floor"] = control_floor
     if download is not None:
         result["download_rss_mib"] = download
     if failed:
