@@ -11,6 +11,7 @@ import queue
 import socket
 import struct
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -320,6 +321,105 @@ def test_wait_news_times_out_returns_at_once_on_stale_counts_and_wakes_on_notify
     assert f.news() == seen + 1
     assert f.wait_news(seen, WAIT) is True  # news since the caller looked: no wait at all
     f.close()
+
+
+def _nodes(f: Any, n: int = 3) -> tuple[list[int], list[socket.socket], list[socket.socket]]:
+    pairs = [pair() for _ in range(n)]
+    return [f.add_link(mine, report_acks=False) for mine, _ in pairs], [m for m, _ in pairs], [n for _, n in pairs]
+
+
+def _answer(node: socket.socket, nbytes: int, ack: int | None) -> threading.Thread:
+    """A node that reads ``nbytes`` (the batch), then acks ``ack`` (None: never)."""
+
+    def run() -> None:
+        recv_exactly(node, nbytes)
+        if ack is not None:
+            node.sendall(wire.encode_ack(ack))
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def _nothing_more(node: socket.socket) -> bool:
+    node.setblocking(False)
+    try:
+        return node.recv(1) == b""
+    except BlockingIOError:
+        return True
+    finally:
+        node.setblocking(True)
+
+
+def test_sync_batch_returns_at_the_quorum_and_sends_the_notice_on_every_link(loop: Loop) -> None:
+    f = loop.fanout
+    links, mine, nodes = _nodes(f)
+    fr, notice = frame(1), wire.encode_commit(3, 1)
+    answers = [_answer(n, len(fr), 1 if i < 2 else None) for i, n in enumerate(nodes)]
+    assert f.sync_batch(links, fr, 1, 2, notice, WAIT) >= 2
+    for t in answers:
+        t.join(WAIT)
+    for n in nodes:  # the node that never acked gets it too: it is still taking batches
+        assert recv_exactly(n, len(notice)) == notice
+    for link, m, n in zip(links, mine, nodes, strict=True):
+        hang_up(f, link, m, n)
+
+
+def test_sync_batch_short_of_a_quorum_times_out_and_sends_no_notice(loop: Loop) -> None:
+    f = loop.fanout
+    links, mine, nodes = _nodes(f)
+    fr = frame(1)
+    answers = [_answer(n, len(fr), 1 if i == 0 else None) for i, n in enumerate(nodes)]
+    t0 = time.monotonic()
+    assert f.sync_batch(links, fr, 1, 2, wire.encode_commit(3, 1), 0.2) == 1
+    assert time.monotonic() - t0 >= 0.19
+    for t in answers:
+        t.join(WAIT)  # every node read the batch
+    for n in nodes:
+        assert _nothing_more(n)  # no notice: nothing was committed
+    with pytest.raises(ValueError):
+        f.sync_batch(links, frame(2), 2, 2, None, float("nan"))
+    for link, m, n in zip(links, mine, nodes, strict=True):
+        hang_up(f, link, m, n)
+
+
+def test_sync_batch_ends_early_when_a_link_fails_or_on_notify(loop: Loop) -> None:
+    f = loop.fanout
+    links, mine, nodes = _nodes(f)
+    fr = frame(1)
+    first = _answer(nodes[0], len(fr), 1)
+
+    def hang_up_node() -> None:
+        recv_exactly(nodes[1], len(fr))
+        nodes[1].close()
+
+    threading.Thread(target=hang_up_node, daemon=True).start()
+    t0 = time.monotonic()
+    assert f.sync_batch(links, fr, 1, 2, None, WAIT) < 2
+    assert time.monotonic() - t0 < WAIT / 2
+    first.join(WAIT)
+    # notify(): the caller's own state changed, so the wait ends for it to look (link 2 only here).
+    recv_exactly(nodes[2], len(fr))
+    timer = threading.Timer(0.1, f.notify)
+    timer.start()
+    t0 = time.monotonic()
+    assert f.sync_batch(links[2:], frame(2), 2, 1, None, WAIT) == 0
+    assert time.monotonic() - t0 < WAIT / 2
+    timer.join()
+    hang_up(f, links[0], mine[0], nodes[0])
+    hang_up(f, links[1], mine[1])
+    hang_up(f, links[2], mine[2], nodes[2])
+
+
+def test_sync_batch_with_an_unknown_link_sends_nothing(loop: Loop) -> None:
+    f = loop.fanout
+    links, mine, nodes = _nodes(f, 2)
+    with pytest.raises(ValueError):
+        f.sync_batch([links[0], 999_999, links[1]], frame(1), 1, 2, None, WAIT)
+    for n in nodes:
+        assert _nothing_more(n)
+    for link, m, n in zip(links, mine, nodes, strict=True):
+        hang_up(f, link, m, n)
 
 
 def test_run_twice_and_closed_engine(fo: ModuleType) -> None:

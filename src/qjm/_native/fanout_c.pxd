@@ -250,6 +250,7 @@ cdef class Fanout:
     cdef pthread_mutex_t _nmu       # guards the news counter below
     cdef pthread_cond_t _ncv
     cdef unsigned long long _news   # bumped when any link's acked advances or a link fails
+    cdef unsigned long long _notified  # bumped by notify() alone: Python's own state changed
     cdef int _nwaiters
     cdef bint _ninit
 

@@ -2,7 +2,7 @@
 
 import os
 import socket
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
 from typing_extensions import disjoint_base
@@ -86,6 +86,13 @@ class Fanout:
 
     def notify(self) -> None:
         """Bump ``news()`` and wake every ``wait_news`` (Python calls it when its own state changed)."""
+
+    def sync_batch(
+        self, links: Sequence[int], frame: bytes, last_txid: int, need: int, notice: bytes | None, timeout: float
+    ) -> int:
+        """Send ``frame`` on each of ``links`` (as ``send`` does, awaiting ``last_txid``), wait without
+        the GIL until ``need`` of them have acknowledged ``last_txid``, then queue ``notice`` (if not
+        None) on each of them. Returns how many had acknowledged it."""
 
     def run(self, callback: Callable[[int, int, str, object], None]) -> None:
         """Serve every link until ``stop``; ``callback(link, acked, code, detail)`` reports news.

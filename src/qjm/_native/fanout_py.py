@@ -18,7 +18,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from qjm._native.framing_py import decode_header
@@ -282,6 +282,7 @@ class Fanout:
         self._running = False
         self._closed = False
         self._news = 0
+        self._notified = 0  # bumped by notify() alone: Python's own state changed
         self._news_cond = threading.Condition(threading.Lock())
 
     def _get(self, link: int) -> _Link:
@@ -455,8 +456,62 @@ class Fanout:
     def notify(self) -> None:
         """Bump ``news()`` and wake every ``wait_news`` (Python calls it when its own state changed)."""
         with self._news_cond:
+            self._notified += 1
+        self._bump_news()
+
+    def _bump_news(self) -> None:
+        with self._news_cond:
             self._news += 1
             self._news_cond.notify_all()
+
+    def sync_batch(
+        self, links: Sequence[int], frame: bytes, last_txid: int, need: int, notice: bytes | None, timeout: float
+    ) -> int:
+        """Send ``frame`` on each of ``links`` (as ``send`` does, awaiting ``last_txid``), wait until
+        ``need`` of them have acknowledged ``last_txid``, then queue ``notice`` (if not None) on each
+        of them. Returns how many had acknowledged it.
+
+        The wait also ends, with fewer than ``need``, when one of the links is no longer open, when
+        ``notify`` runs (the caller's own state changed) or after ``timeout`` seconds; the caller
+        then looks at the links itself. An unknown link raises ValueError before anything is sent."""
+        if timeout != timeout:
+            raise ValueError("timeout is NaN")
+        if type(frame) is not bytes:
+            raise TypeError("frame must be bytes")
+        lks = [self._get(link) for link in links]
+        for link in links:
+            try:
+                self.send(link, frame, last_txid)
+            except ValueError:
+                pass  # it left the engine meanwhile: gone, below
+        deadline = time.monotonic() + min(timeout, 1e6)
+        with self._news_cond:
+            notified = self._notified
+        while True:
+            with self._news_cond:
+                seen = self._news
+            count = gone = 0
+            for link, lk in zip(links, lks, strict=True):
+                with lk.lock:
+                    if not lk.open or self._links.get(link) is not lk:
+                        gone += 1
+                    elif lk.acked >= last_txid:
+                        count += 1
+            remaining = deadline - time.monotonic()
+            if count >= need or gone or remaining <= 0:
+                break
+            with self._news_cond:
+                if self._notified != notified:
+                    break
+                if self._news == seen and self._notified == notified:
+                    self._news_cond.wait(remaining)
+        if count >= need and notice is not None:
+            for link in links:
+                try:
+                    self.send(link, notice)
+                except ValueError:
+                    pass  # the link left the engine meanwhile: its node is out of sync already
+        return count
 
     def run(self, callback: Callback) -> None:
         """Serve every link until ``stop``; ``callback(link, acked, code, detail)`` reports news.
@@ -507,7 +562,7 @@ class Fanout:
                             lk.news = False  # acks only: the waiters hear of them below
                     touched.append(link)
                 if changed:
-                    self.notify()
+                    self._bump_news()
                 for link in dict.fromkeys(touched):
                     self._report(link, callback)
         finally:

@@ -189,6 +189,16 @@ class FanoutLink:
             if self.failed is None and not self.closed:
                 self._engine.fanout.send(self._id, notice)
 
+    def claim_engine_send(self, last_txid: int, nbytes: int, limit: int) -> int | None:
+        with self._lock:
+            if self.failed is not None or self.closed or self._id < 0 or self._batches:
+                return None  # ended, or a loud link whose batches each have a future
+            frames, queued = self._engine.fanout.inflight(self._id)
+            if queued and (queued + nbytes > limit or frames >= self._max_count):
+                return None  # no room: the usual way waits for it (wait_for_room)
+            self._last_sent = last_txid
+            return self._id
+
     def acked_txid(self) -> int:
         """Highest txid this node has acknowledged as durable on this link, even after it failed."""
         with self._lock:

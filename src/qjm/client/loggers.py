@@ -167,6 +167,14 @@ class LoggerSet:
         """Send one batch to every node; wait on the result for its quorum."""
         return self.call(lambda lg: lg.send_batch(frame, first_txid, last_txid))
 
+    def sync_batch(
+        self, frame: bytes, first_txid: int, last_txid: int, notice: bytes, timeout: float
+    ) -> tuple[int, BatchCall | None] | None:
+        """Send a batch and wait for its quorum in one call, where a transport can (the remote set
+        over the native engine): (nodes that acknowledged it, its call when short of a quorum).
+        None: nothing was sent."""
+        return None
+
     def close(self, grace: float = 0.0) -> None:
         """Close every logger; ``grace`` bounds the total wait for calls still queued to slow nodes."""
         deadline = time.monotonic() + grace

@@ -319,6 +319,13 @@ class QuorumJournalManager:
         """Send one batch to every node; wait on the result for its quorum."""
         return self.loggers.send_batch(frame, first_txid, last_txid)
 
+    def sync_batch(
+        self, frame: bytes, first_txid: int, last_txid: int, notice: bytes, timeout: float
+    ) -> tuple[int, BatchCall | None] | None:
+        """``send_batch`` and the wait for its quorum in one call where the transport can
+        (``LoggerSet.sync_batch``); None: nothing was sent."""
+        return self.loggers.sync_batch(frame, first_txid, last_txid, notice, timeout)
+
     def set_committed_txid(self, txid: int) -> None:
         self.committed_txid = txid
         self.loggers.set_committed_txid(txid)

@@ -10,7 +10,8 @@ Names (Hadoop ``IPCLoggerChannelMetrics`` in parentheses), labels ``journal`` an
 (WritesE2E), ``qjm_writer_node_fenced``, ``qjm_writer_node_acked_txid``; and the writer's
 ``qjm_writer_epoch``, ``qjm_writer_segment_txid``, ``qjm_writer_last_txid``,
 ``qjm_writer_committed_txid``, ``qjm_writer_inflight_batches``, ``qjm_writer_batches_sent_total``,
-``qjm_writer_txns_sent_total``, ``qjm_writer_bytes_sent_total``, ``qjm_writer_commit_seconds``.
+``qjm_writer_txns_sent_total``, ``qjm_writer_bytes_sent_total``, ``qjm_writer_one_call_syncs_total``,
+``qjm_writer_commit_seconds``.
 One collector per writer; register writers of different journals in one registry.
 """
 
@@ -43,6 +44,7 @@ class WriterCollector(Collector):
             (counter, "qjm_writer_batches_sent", "Batches sent to the nodes", st.batches_sent),
             (counter, "qjm_writer_txns_sent", "Transactions sent to the nodes", st.txns_sent),
             (counter, "qjm_writer_bytes_sent", "Frame bytes sent to each node", st.bytes_sent),
+            (counter, "qjm_writer_one_call_syncs", "Syncs done in one native call", st.one_call_syncs),
         ]
         for family, name, doc, value in scalars:
             m = family(name, doc, ["journal"])

@@ -127,6 +127,10 @@ class NodeState(Generic[P]):
         self.committed_sent = self.committed
         return (self.epoch, self.committed)
 
+    def notice_sent(self, txid: int) -> None:
+        """A notice of ``txid`` went out without ``commit_notice`` (sent with the batch's quorum)."""
+        self.committed_sent = max(self.committed_sent, txid)
+
     def acked(self, txid: int) -> None:
         self.highest_acked = max(self.highest_acked, txid)
 

@@ -85,6 +85,9 @@ class ThreadedLink:
     def send_notice(self, notice: bytes) -> None:
         self._q.put(notice)
 
+    def claim_engine_send(self, last_txid: int, nbytes: int, limit: int) -> int | None:
+        return None  # its own thread sends: there is no engine to send through
+
     def acked_txid(self) -> int:
         return self._batches.acked
 

@@ -28,6 +28,7 @@ from qjm.client.writer_stats import AckTimer, WriterStats, probe_for
 from qjm.config import QJMConfig, config_from
 from qjm.errors import EpochError, FencedError, NotFormattedError, QJMError, QuorumError
 from qjm.histogram import Histogram
+from qjm.protocol import wire
 from qjm.protocol.messages import RemoteEditLog
 from qjm.security.tls import TlsConfig
 
@@ -89,6 +90,7 @@ class Writer:
         self._timer_idle = False  # the batch timer sleeps until woken (else it looks every batch_delay)
         self._acks = AckTimer([probe_for(lg) for lg in qjm.loggers.loggers])
         self._batches_sent = self._txns_sent = self._bytes_sent = 0
+        self._one_call_syncs = 0  # syncs whose batch, quorum and notice went in one native call
         self._starting: QuorumCall[None] | None = None  # a roll's start of the segment, not yet awaited
         self._segment_bytes = 0  # frame bytes sent in the current segment
         self._segment_first_at = 0.0  # monotonic time its first batch was sent
@@ -135,6 +137,7 @@ class Writer:
             bytes_sent=self._bytes_sent,
             commit_seconds=self._commit_seconds.copy(),
             nodes=self._acks.snapshot(committed),
+            one_call_syncs=self._one_call_syncs,
         )
 
     def append(self, record: Buffer) -> int:
@@ -188,6 +191,10 @@ class Writer:
         """Return once everything appended so far is durable on a majority; returns that txid."""
         with self._lock:
             self._check()
+            if not self._inflight and self._starting is None and self._builder.count:
+                done = self._sync_one_batch()
+                if done is not None:
+                    return done
             self._flush()
             target = self._next_txid - 1
         self._wait_until(target)
@@ -350,6 +357,12 @@ class Writer:
         self._batch_started_at = 0.0
         if not self._builder.count:
             return
+        first, last, frame, now = self._close_batch()
+        self._send_batch(first, last, frame, now)
+
+    def _close_batch(self) -> tuple[int, int, bytes, float]:
+        """Take the open batch's frame and count it sent (lock held): (first, last, frame, now)."""
+        self._batch_started_at = 0.0
         first = self._batch_first
         last = self._next_txid - 1
         frame = self._builder.take(epoch=self.qjm.epoch, segment_txid=self._segment, first_txid=first)
@@ -362,11 +375,54 @@ class Writer:
         if not self._segment_bytes:
             self._segment_first_at = now
         self._segment_bytes += len(frame)
+        return first, last, frame, now
+
+    def _send_batch(self, first: int, last: int, frame: bytes, now: float) -> None:
         self._inflight.append(_Batch(first, last, self.qjm.send_batch(frame, first, last), now))
         while len(self._inflight) > self.config.max_inflight_batches:
             self._reap_oldest()
         if self._roll_due(now):
             self._roll()
+
+    def _sync_one_batch(self) -> int | None:
+        """``sync`` of the open batch with nothing in flight (lock held), its send, quorum and commit
+        notice in one call where the transport can (``QuorumJournalManager.sync_batch``); returns the
+        txid it made durable on a majority, or None when the batch is in flight the usual way (or
+        still open, a roll being due) for ``sync`` to wait on.
+
+        Why: a writer syncing each record otherwise runs Python per node and per ack between closing
+        its batch and returning; in one call a sync commit takes 20-27 µs less here, and 40-58 µs
+        less CPU (docs/performance.md)."""
+        if self._roll_due(time.monotonic()):
+            return None  # the usual way rolls after sending
+        first, last, frame, now = self._close_batch()
+        timeout = self.config.timeouts.write_txns
+        notice = wire.encode_commit(self.qjm.epoch, last)
+        outcome = self.qjm.sync_batch(frame, first, last, notice, timeout)
+        if outcome is None:
+            self._send_batch(first, last, frame, now)
+            return None
+        _, call = outcome
+        if call is not None:
+            # The wait ended short of a quorum (a link failed, the writer's state changed, or the
+            # time ran out): the batch is in flight like any other, waited on for the time left;
+            # sync's usual wait then counts it committed and announces it.
+            self._inflight.append(_Batch(first, last, call, now))
+            try:
+                call.wait_for_write_quorum(max(0.0, now + timeout - time.monotonic()), f"journal({first}-{last})")
+            except QuorumError as e:
+                self._check_started()
+                raise self._fail(_as_fenced(e)) from None
+            return None
+        self._one_call_syncs += 1
+        done = time.monotonic()
+        self._commit_seconds.observe(done - now)
+        self._acks.poll(done)
+        self._committed = last
+        self.qjm.set_committed_txid(last)
+        if self._roll_due(done):  # as the usual way rolls once the batch that made it due is sent
+            self._roll()
+        return last
 
     def _reap_oldest(self) -> None:
         b = self._inflight[0]

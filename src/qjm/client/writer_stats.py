@@ -51,6 +51,7 @@ class WriterStats:
     bytes_sent: int
     commit_seconds: Histogram  # a copy
     nodes: tuple[NodeStats, ...]
+    one_call_syncs: int = 0  # syncs whose batch, quorum and commit notice went in one native call
 
 
 class NodeProbe:
