@@ -328,6 +328,11 @@ def _nodes(f: Any, n: int = 3) -> tuple[list[int], list[socket.socket], list[soc
     return [f.add_link(mine, report_acks=False) for mine, _ in pairs], [m for m, _ in pairs], [n for _, n in pairs]
 
 
+def _hang_up_all(f: Any, links: list[int], mine: list[socket.socket], nodes: list[socket.socket]) -> None:
+    for link, m, n in zip(links, mine, nodes, strict=True):
+        hang_up(f, link, m, n)
+
+
 def _answer(node: socket.socket, nbytes: int, ack: int | None) -> threading.Thread:
     """A node that reads ``nbytes`` (the batch), then acks ``ack`` (None: never)."""
 
@@ -361,8 +366,7 @@ def test_sync_batch_returns_at_the_quorum_and_sends_the_notice_on_every_link(loo
         t.join(WAIT)
     for n in nodes:  # the node that never acked gets it too: it is still taking batches
         assert recv_exactly(n, len(notice)) == notice
-    for link, m, n in zip(links, mine, nodes, strict=True):
-        hang_up(f, link, m, n)
+    _hang_up_all(f, links, mine, nodes)
 
 
 def test_sync_batch_short_of_a_quorum_times_out_and_sends_no_notice(loop: Loop) -> None:
@@ -379,8 +383,7 @@ def test_sync_batch_short_of_a_quorum_times_out_and_sends_no_notice(loop: Loop) 
         assert _nothing_more(n)  # no notice: nothing was committed
     with pytest.raises(ValueError):
         f.sync_batch(links, frame(2), 2, 2, None, float("nan"))
-    for link, m, n in zip(links, mine, nodes, strict=True):
-        hang_up(f, link, m, n)
+    _hang_up_all(f, links, mine, nodes)
 
 
 def test_sync_batch_ends_early_when_a_link_fails_or_on_notify(loop: Loop) -> None:
@@ -418,8 +421,7 @@ def test_sync_batch_with_an_unknown_link_sends_nothing(loop: Loop) -> None:
         f.sync_batch([links[0], 999_999, links[1]], frame(1), 1, 2, None, WAIT)
     for n in nodes:
         assert _nothing_more(n)
-    for link, m, n in zip(links, mine, nodes, strict=True):
-        hang_up(f, link, m, n)
+    _hang_up_all(f, links, mine, nodes)
 
 
 def test_run_twice_and_closed_engine(fo: ModuleType) -> None:

@@ -656,6 +656,18 @@ cdef void _drop_refs(PyObject **rel, Py_ssize_t n):
 
 # ---------------------------------------------------------------------------------------------
 
+cdef inline void _deadline(timespec *ts, double timeout) noexcept nogil:
+    """``timeout`` seconds from now on CLOCK_MONOTONIC, as pthread_cond_timedwait wants it
+    (the condition variables here are made with that clock)."""
+    cdef long long whole = <long long>timeout
+    clock_gettime(CLOCK_MONOTONIC, ts)
+    ts.tv_sec += whole
+    ts.tv_nsec += <long>((timeout - whole) * 1e9)
+    if ts.tv_nsec >= 1000000000:
+        ts.tv_sec += 1
+        ts.tv_nsec -= 1000000000
+
+
 cdef class Fanout:
     """Pipelined sender to many nodes: one epoll loop, one non-blocking connection per link."""
 
@@ -954,7 +966,6 @@ cdef class Fanout:
         cdef timespec ts
         cdef int rc = 0
         cdef bint got
-        cdef long long whole
         if timeout != timeout:
             raise ValueError("timeout is NaN")
         if timeout > 1e6:
@@ -962,13 +973,7 @@ cdef class Fanout:
         with nogil:
             pthread_mutex_lock(&self._nmu)
             if self._news == seen and timeout > 0:
-                clock_gettime(CLOCK_MONOTONIC, &ts)
-                whole = <long long>timeout
-                ts.tv_sec += whole
-                ts.tv_nsec += <long>((timeout - whole) * 1e9)
-                if ts.tv_nsec >= 1000000000:
-                    ts.tv_sec += 1
-                    ts.tv_nsec -= 1000000000
+                _deadline(&ts, timeout)
                 self._nwaiters += 1
                 while self._news == seen and rc == 0:
                     rc = pthread_cond_timedwait(&self._ncv, &self._nmu, &ts)
@@ -1005,7 +1010,6 @@ cdef class Fanout:
         cdef unsigned int *gens
         cdef timespec ts
         cdef int rc = 0
-        cdef long long whole
         cdef unsigned long long seen, notified
         cdef int count = 0
         cdef int gone = 0
@@ -1036,14 +1040,7 @@ cdef class Fanout:
                 pthread_mutex_lock(&self._nmu)
                 notified = self._notified
                 pthread_mutex_unlock(&self._nmu)
-                clock_gettime(CLOCK_MONOTONIC, &ts)
-                if timeout > 0:
-                    whole = <long long>timeout
-                    ts.tv_sec += whole
-                    ts.tv_nsec += <long>((timeout - whole) * 1e9)
-                    if ts.tv_nsec >= 1000000000:
-                        ts.tv_sec += 1
-                        ts.tv_nsec -= 1000000000
+                _deadline(&ts, timeout)
                 while True:
                     pthread_mutex_lock(&self._nmu)
                     seen = self._news
