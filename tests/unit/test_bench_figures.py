@@ -192,6 +192,35 @@ def test_c_floor_note_says_why_it_was_not_measured() -> None:
     )
 
 
+def test_a_ratio_to_the_c_floor_whose_phases_straddle_its_goal_is_not_called_settled() -> None:
+    """The median's verdict stands, and the note adds that the phases fall on both sides of the goal
+    when qjm's best phase over the floor's worst and the reverse do; not when both are on one side."""
+
+    def floors(p50: list[float], p99: list[float]) -> dict[str, Any]:
+        return {
+            "local_p50_us": 100.0, "local_p99_us": 200.0, "net_p50_us": sorted(p50)[1], "net_p99_us": sorted(p99)[1],
+            "spread": {"net_p50_us": workload.spread(p50), "net_p99_us": workload.spread(p99)},
+        }  # fmt: skip
+
+    def native(p50: list[float], p99: list[float]) -> dict[str, Any]:
+        return {
+            "sync_p50_us": sorted(p50)[1], "sync_p99_us": sorted(p99)[1],
+            "spread": {"sync_p50_us": workload.spread(p50), "sync_p99_us": workload.spread(p99)},
+        }  # fmt: skip
+
+    c = floors([200.0, 200.0, 210.0], [400.0, 500.0, 1000.0])
+    note = report.c_floor_note(c, native([330.0, 340.0, 350.0], [600.0, 700.0, 900.0]))
+    assert "p50 = 1.70x the networked floor (goal <= 1.2x: missed), " in note  # 330/210 .. 350/200: settled
+    assert "p99 = 1.40x the networked p99 (goal <= 1.5x: met; its phases give 0.60x-2.25x, both sides" in note
+    assert note.count("this run does not settle it") == 1
+    steady = report.c_floor_note(
+        floors([200.0, 200.0, 210.0], [400.0, 410.0, 420.0]), native([330.0, 340.0, 350.0], [900.0, 950.0, 990.0])
+    )
+    assert "goal <= 1.5x: missed)" in steady and "does not settle" not in steady  # 900/420 > 1.5
+    assert "does not settle" not in report.c_floor_note({k: v for k, v in c.items() if k != "spread"}, native(
+        [330.0, 340.0, 350.0], [600.0, 700.0, 900.0]))  # fmt: skip
+
+
 def test_a_figure_is_the_median_of_counted_phases_and_the_warm_up_is_left_out() -> None:
     raw: dict[str, Any] = {
         "latency_warmup": [0.5] * 10,  # a cold start, far slower: it must not move the figures

@@ -298,11 +298,29 @@ def c_floor_note(c: dict[str, Any], native: dict[str, Any]) -> str:
         "networked (2 of 3 receiver processes over loopback, no protocol, no Python) "
         f"p50 {_fig(c, 'net_p50_us')} µs = {_ratio(np_, lp):.2f}x its local floor, "
         f"p99 {_fig(c, 'net_p99_us')} µs; qjm native sync p50 = {r50:.2f}x the networked floor "
-        f"(goal <= {goals.SYNC_P50_OVER_NETFLOOR}x: {_met(r50 <= goals.SYNC_P50_OVER_NETFLOOR)}), "
+        f"(goal <= {goals.SYNC_P50_OVER_NETFLOOR}x: {_met(r50 <= goals.SYNC_P50_OVER_NETFLOOR)}"
+        f"{_unsettled(native, 'sync_p50_us', c, 'net_p50_us', goals.SYNC_P50_OVER_NETFLOOR)}), "
         f"p99 = {r99:.2f}x the networked p99 (goal <= {goals.SYNC_P99_OVER_NETFLOOR}x: "
-        f"{_met(r99 <= goals.SYNC_P99_OVER_NETFLOOR)}), {_ratio(native['sync_p50_us'], lp):.2f}x the C local floor"
-        + cpu_per_commit_note(c, native)
+        f"{_met(r99 <= goals.SYNC_P99_OVER_NETFLOOR)}"
+        f"{_unsettled(native, 'sync_p99_us', c, 'net_p99_us', goals.SYNC_P99_OVER_NETFLOOR)}), "
+        f"{_ratio(native['sync_p50_us'], lp):.2f}x the C local floor" + cpu_per_commit_note(c, native)
     )
+
+
+def _unsettled(native: dict[str, Any], key: str, c: dict[str, Any], c_key: str, goal: float) -> str:
+    """A clause for a ratio to the C floor whose phases fall on both sides of ``goal``, else "".
+
+    Why: the medians' ratio alone reads as a verdict, yet p99s (qjm's and the floor's) can swing
+    2-3x between phases on a shared VM; the widest ratio the phases allow (qjm's best phase over
+    the floor's worst, and the reverse) says whether this run can settle the goal at all."""
+    mine = native.get("spread", {}).get(key)
+    theirs = c.get("spread", {}).get(c_key)
+    if not mine or not theirs:
+        return ""
+    lo, hi = _ratio(mine["min"], theirs["max"]), _ratio(mine["max"], theirs["min"])
+    if lo <= goal < hi:
+        return f"; its phases give {lo:.2f}x-{hi:.2f}x, both sides of the goal: this run does not settle it"
+    return ""
 
 
 def failover_floor_note(control: dict[str, Any], summary: dict[str, Any]) -> str:
