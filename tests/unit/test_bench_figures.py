@@ -213,6 +213,11 @@ def test_a_ratio_to_the_c_floor_whose_phases_straddle_its_goal_is_not_called_set
     assert "p50 = 1.70x the networked floor (goal <= 1.2x: missed), " in note  # 330/210 .. 350/200: settled
     assert "p99 = 1.40x the networked p99 (goal <= 1.5x: met; its phases give 0.60x-2.25x, both sides" in note
     assert note.count("this run does not settle it") == 1
+    verdicts = report.sync_goals(c, native([330.0, 340.0, 350.0], [600.0, 700.0, 900.0]))
+    assert verdicts["sync_p50_us"]["settled"] and not verdicts["sync_p50_us"]["met"]
+    assert verdicts["sync_p99_us"]["met"] and verdicts["sync_p99_us"]["settled"] is False
+    assert verdicts["sync_p99_us"]["phases_ratio"] == pytest.approx([0.6, 2.25])
+    assert report.sync_goals({"skipped": "no C compiler (gcc/cc)"}, {}) == {}
     steady = report.c_floor_note(
         floors([200.0, 200.0, 210.0], [400.0, 410.0, 420.0]), native([330.0, 340.0, 350.0], [900.0, 950.0, 990.0])
     )

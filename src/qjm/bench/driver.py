@@ -21,7 +21,16 @@ from qjm.bench.download import measure_download_rss
 from qjm.bench.floor import run_c_floors, worker_floor
 from qjm.bench.peers import PEERS, measure
 from qjm.bench.pipeline import worker_tail
-from qjm.bench.report import peer_goals, peers_table, plot_result, summarise, table, tls_goals, tls_table
+from qjm.bench.report import (
+    peer_goals,
+    peers_table,
+    plot_result,
+    summarise,
+    sync_goals,
+    table,
+    tls_goals,
+    tls_table,
+)
 from qjm.bench.workers import run_peer_worker, run_worker, worker_process_failover, worker_qjm
 from qjm.bench.workload import FULL, PURE_SCALE, RECORD_SIZES, SMOKE, progress, roll_every
 
@@ -105,6 +114,10 @@ def run(
     - ``c_floors``: ``local_p50_us``, ``local_p99_us``, ``net_p50_us``, ``net_p99_us``,
       ``local_cpu_us``, ``net_cpu_us`` (CPU per commit of netfloor and its receivers) (medians of
       runs) and their ``spread``, or ``skipped``: why;
+    - ``sync_goals`` (empty when the C floors were skipped): for ``sync_p50_us`` and ``sync_p99_us``,
+      qjm native's ratio to the C networked floor's (medians), ``goal``, ``met``, and with the
+      phases of both ``phases_ratio`` (the widest ratio they allow) and ``settled`` (False when
+      the goal lies inside it);
     - ``control_floor`` (absent when it failed: see ``failed_phases``): ``cold_p50_ms`` and
       ``cold_nodisk_p50_ms``, a cold process's takeover rounds over bare gRPC to three servers
       doing the node's disk work in each round, or none (``qjm.bench.control_floor``), medians of
@@ -193,6 +206,7 @@ def run(
         result["peer_goals"] = peer_goals(result)
     if tls:
         result["tls_goals"] = tls_goals(result["summary"])
+    result["sync_goals"] = sync_goals(c_floors, result["summary"]["native"])
     if plot:
         plot_result(result, plot)
     if json_out:

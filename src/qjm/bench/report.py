@@ -289,38 +289,52 @@ def c_floor_note(c: dict[str, Any], native: dict[str, Any]) -> str:
     if "skipped" in c:
         return f"C floors (bench/netfloor): not measured: {c['skipped']}"
     lp, np_ = c["local_p50_us"], c["net_p50_us"]
-    r50 = _ratio(native["sync_p50_us"], np_)
-    r99 = _ratio(native["sync_p99_us"], c["net_p99_us"]) if "sync_p99_us" in native else float("nan")
+    verdicts = sync_goals(c, native)
     runs = len(c.get("spread", {}).get("net_p50_us", {}).get("phases", [])) or 1
     return (
         f"C floors (bench/netfloor, this run, median of {runs} runs (min-max)): "
         f"local p50 {_fig(c, 'local_p50_us')} µs, p99 {_fig(c, 'local_p99_us')} µs; "
         "networked (2 of 3 receiver processes over loopback, no protocol, no Python) "
         f"p50 {_fig(c, 'net_p50_us')} µs = {_ratio(np_, lp):.2f}x its local floor, "
-        f"p99 {_fig(c, 'net_p99_us')} µs; qjm native sync p50 = {r50:.2f}x the networked floor "
-        f"(goal <= {goals.SYNC_P50_OVER_NETFLOOR}x: {_met(r50 <= goals.SYNC_P50_OVER_NETFLOOR)}"
-        f"{_unsettled(native, 'sync_p50_us', c, 'net_p50_us', goals.SYNC_P50_OVER_NETFLOOR)}), "
-        f"p99 = {r99:.2f}x the networked p99 (goal <= {goals.SYNC_P99_OVER_NETFLOOR}x: "
-        f"{_met(r99 <= goals.SYNC_P99_OVER_NETFLOOR)}"
-        f"{_unsettled(native, 'sync_p99_us', c, 'net_p99_us', goals.SYNC_P99_OVER_NETFLOOR)}), "
+        f"p99 {_fig(c, 'net_p99_us')} µs; qjm native sync p50 = {_verdict(verdicts['sync_p50_us'])}, "
+        f"p99 = {_verdict(verdicts['sync_p99_us'], 'the networked p99')}, "
         f"{_ratio(native['sync_p50_us'], lp):.2f}x the C local floor" + cpu_per_commit_note(c, native)
     )
 
 
-def _unsettled(native: dict[str, Any], key: str, c: dict[str, Any], c_key: str, goal: float) -> str:
-    """A clause for a ratio to the C floor whose phases fall on both sides of ``goal``, else "".
+def sync_goals(c: dict[str, Any], native: dict[str, Any]) -> dict[str, Any]:
+    """qjm native's sync p50 and p99 against the C networked floor's, same run: each goal's ratio
+    (of the medians), verdict, and, when both sides kept their phases, ``phases_ratio`` (qjm's best
+    phase over the floor's worst, its worst over the floor's best) and ``settled``: False when that
+    range holds the goal. Empty when the C floors were not measured.
 
-    Why: the medians' ratio alone reads as a verdict, yet p99s (qjm's and the floor's) can swing
-    2-3x between phases on a shared VM; the widest ratio the phases allow (qjm's best phase over
-    the floor's worst, and the reverse) says whether this run can settle the goal at all."""
-    mine = native.get("spread", {}).get(key)
-    theirs = c.get("spread", {}).get(c_key)
-    if not mine or not theirs:
-        return ""
-    lo, hi = _ratio(mine["min"], theirs["max"]), _ratio(mine["max"], theirs["min"])
-    if lo <= goal < hi:
-        return f"; its phases give {lo:.2f}x-{hi:.2f}x, both sides of the goal: this run does not settle it"
-    return ""
+    Why ``settled``: p99s (qjm's and the floor's) can swing 2-3x between phases on a shared VM, and
+    a medians' ratio alone would read as a verdict either way."""
+    if "skipped" in c:
+        return {}
+    out: dict[str, Any] = {}
+    for key, c_key, goal in (
+        ("sync_p50_us", "net_p50_us", goals.SYNC_P50_OVER_NETFLOOR),
+        ("sync_p99_us", "net_p99_us", goals.SYNC_P99_OVER_NETFLOOR),
+    ):
+        ratio = _ratio(native[key], c[c_key]) if key in native else float("nan")
+        v: dict[str, Any] = {"ratio": ratio, "goal": goal, "met": ratio <= goal}
+        mine = native.get("spread", {}).get(key)
+        theirs = c.get("spread", {}).get(c_key)
+        if mine and theirs:
+            lo, hi = _ratio(mine["min"], theirs["max"]), _ratio(mine["max"], theirs["min"])
+            v["phases_ratio"] = [lo, hi]
+            v["settled"] = not lo <= goal < hi
+        out[key] = v
+    return out
+
+
+def _verdict(v: dict[str, Any], floor: str = "the networked floor") -> str:
+    text = f"{v['ratio']:.2f}x {floor} (goal <= {v['goal']}x: {_met(v['met'])}"
+    if v.get("settled") is False:
+        lo, hi = v["phases_ratio"]
+        text += f"; its phases give {lo:.2f}x-{hi:.2f}x, both sides of the goal: this run does not settle it"
+    return text + ")"
 
 
 def failover_floor_note(control: dict[str, Any], summary: dict[str, Any]) -> str:
