@@ -209,11 +209,12 @@ def test_a_ratio_to_the_c_floor_whose_phases_straddle_its_goal_is_not_called_set
         }  # fmt: skip
 
     c = floors([200.0, 200.0, 210.0], [400.0, 500.0, 1000.0])
-    note = report.c_floor_note(c, native([330.0, 340.0, 350.0], [600.0, 700.0, 900.0]))
+    wide = native([330.0, 340.0, 350.0], [600.0, 700.0, 900.0])
+    note = report.c_floor_note(c, wide)
     assert "p50 = 1.70x the networked floor (goal <= 1.2x: missed), " in note  # 330/210 .. 350/200: settled
     assert "p99 = 1.40x the networked p99 (goal <= 1.5x: met; its phases give 0.60x-2.25x, both sides" in note
     assert note.count("this run does not settle it") == 1
-    verdicts = report.sync_goals(c, native([330.0, 340.0, 350.0], [600.0, 700.0, 900.0]))
+    verdicts = report.sync_goals(c, wide)
     assert verdicts["sync_p50_us"]["settled"] and not verdicts["sync_p50_us"]["met"]
     assert verdicts["sync_p99_us"]["met"] and verdicts["sync_p99_us"]["settled"] is False
     assert verdicts["sync_p99_us"]["phases_ratio"] == pytest.approx([0.6, 2.25])
@@ -222,8 +223,12 @@ def test_a_ratio_to_the_c_floor_whose_phases_straddle_its_goal_is_not_called_set
         floors([200.0, 200.0, 210.0], [400.0, 410.0, 420.0]), native([330.0, 340.0, 350.0], [900.0, 950.0, 990.0])
     )
     assert "goal <= 1.5x: missed)" in steady and "does not settle" not in steady  # 900/420 > 1.5
-    assert "does not settle" not in report.c_floor_note({k: v for k, v in c.items() if k != "spread"}, native(
-        [330.0, 340.0, 350.0], [600.0, 700.0, 900.0]))  # fmt: skip
+    # Without the floor's phases, or with phases that hold no figure, nothing is called settled or not.
+    no_phases = {k: v for k, v in c.items() if k != "spread"}
+    assert "does not settle" not in report.c_floor_note(no_phases, wide)
+    assert "settled" not in report.sync_goals(no_phases, wide)["sync_p99_us"]
+    empty = dict(c, spread={"net_p50_us": workload.spread([]), "net_p99_us": workload.spread([])})
+    assert "settled" not in report.sync_goals(empty, wide)["sync_p99_us"]
 
 
 def test_a_figure_is_the_median_of_counted_phases_and_the_warm_up_is_left_out() -> None:

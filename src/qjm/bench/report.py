@@ -7,6 +7,7 @@ the floor; ``peers_table`` adds the peers and checks qjm native against ``qjm.be
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from qjm.bench import goals
@@ -321,8 +322,8 @@ def sync_goals(c: dict[str, Any], native: dict[str, Any]) -> dict[str, Any]:
         v: dict[str, Any] = {"ratio": ratio, "goal": goal, "met": ratio <= goal}
         mine = native.get("spread", {}).get(key)
         theirs = c.get("spread", {}).get(c_key)
-        if mine and theirs:
-            lo, hi = _ratio(mine["min"], theirs["max"]), _ratio(mine["max"], theirs["min"])
+        lo, hi = (_ratio(mine["min"], theirs["max"]), _ratio(mine["max"], theirs["min"])) if mine and theirs else (0, 0)
+        if math.isfinite(lo) and math.isfinite(hi) and lo > 0:  # phases that say nothing settle nothing
             v["phases_ratio"] = [lo, hi]
             v["settled"] = not lo <= goal < hi
         out[key] = v
