@@ -78,21 +78,10 @@ def _p(xs: list[int], q: float = 0.5) -> float:
     return sorted(xs)[int(len(xs) * q)] / 1e3 if xs else float("nan")
 
 
-def _voluntary_switches(pid: int) -> int:
-    total = 0
-    for status in glob.glob(f"/proc/{pid}/task/*/status"):
-        try:
-            with open(status) as f:
-                total += sum(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
-        except FileNotFoundError:
-            pass  # a thread that ended between the listing and the read
-    return total
-
-
 def main(commits: int) -> None:
     with traced_nodes(SITECUSTOMIZE, "QJM_TIMELINE_FILE", "qjm-timeline-") as (work, trace):
         import qjm
-        from qjm.bench.workload import process_cpu_seconds
+        from qjm.bench.workload import process_cpu_seconds, voluntary_switches
         from qjm.client import link_batch
         from qjm.testing.minicluster import MiniJournalCluster
 
@@ -115,7 +104,7 @@ def main(commits: int) -> None:
             counted.clear()
             pids = [n.proc.pid for n in c.nodes if n.proc is not None]
             cpu0 = [sum(process_cpu_seconds(p)) for p in pids]
-            csw0 = [_voluntary_switches(p) for p in pids]
+            csw0 = [voluntary_switches(p) for p in pids]
             for _ in range(commits):
                 t0 = time.perf_counter_ns()
                 w.append(rec)
@@ -125,7 +114,7 @@ def main(commits: int) -> None:
                 w.sync()
                 commits_at.append((t0, t1, time.perf_counter_ns()))
             cpu = [(sum(process_cpu_seconds(p)) - t) / commits * 1e6 for p, t in zip(pids, cpu0, strict=True)]
-            csw = [(_voluntary_switches(p) - n) / commits for p, n in zip(pids, csw0, strict=True)]
+            csw = [(voluntary_switches(p) - n) / commits for p, n in zip(pids, csw0, strict=True)]
             w.close()
         raw = []
         for path in sorted(glob.glob(trace + ".*")):

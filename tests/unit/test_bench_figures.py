@@ -42,6 +42,26 @@ def test_cpu_seconds_counts_another_process() -> None:
     assert per == {"cpu_user_ns": 500_000.0, "cpu_kernel_ns": 250_000.0}
 
 
+def test_voluntary_switches_counts_every_thread_of_another_process() -> None:
+    """A child whose second thread sleeps 50 times (each sleep a voluntary switch of that thread),
+    read while both threads are alive: more than the main thread's own count by at least those 50."""
+    sleeps = "import sys,threading,time\n"
+    sleeps += "def s():\n    for _ in range(50):\n        time.sleep(0.001)\n"
+    sleeps += "    print('done',flush=True); sys.stdin.read()\n"
+    sleeps += "t=threading.Thread(target=s); t.start(); t.join()\n"
+    child = subprocess.Popen([sys.executable, "-c", sleeps], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "done\n"
+        with open(f"/proc/{child.pid}/status") as f:  # the main thread's line (the process's own file)
+            main = next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
+        assert workload.voluntary_switches(child.pid) >= main + 50
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait()
+    assert workload.voluntary_switches(child.pid) == 0  # gone: no threads left to read
+
+
 def test_ceiling_figures_and_the_note() -> None:
     raw = {
         "latency": [[0.0001]],

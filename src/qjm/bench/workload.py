@@ -13,6 +13,7 @@ small run.
 
 from __future__ import annotations
 
+import glob
 import os
 import statistics
 import sys
@@ -107,6 +108,19 @@ def process_cpu_seconds(pid: int) -> tuple[float, float]:
         fields = f.read().rsplit(")", 1)[1].split()  # fields from the 3rd on: utime, stime are 14, 15
     tick = os.sysconf("SC_CLK_TCK")
     return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def voluntary_switches(pid: int) -> int:
+    """Voluntary context switches so far of process ``pid``, every live thread included (``/proc``):
+    each is a wait (a recv, a disk wait, a lock) that put a thread to sleep."""
+    total = 0
+    for status in glob.glob(f"/proc/{pid}/task/*/status"):
+        try:
+            with open(status) as f:
+                total += sum(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
+        except FileNotFoundError:
+            pass  # a thread that ended between the listing and the read
+    return total
 
 
 def cpu_seconds(pids: list[int]) -> tuple[float, float]:

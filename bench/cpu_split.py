@@ -1,0 +1,142 @@
+"""The CPU of a sync commit process by process, beside the C networked floor's, run after run.
+
+    python bench/cpu_split.py [RUNS] [DIR]
+
+Each run (default 3) times the C networked floor (``bench/netfloor``'s ``net`` mode: a writer and
+three receivers, no protocol) and then qjm native (a writer in this process syncing 1 KiB records
+one by one against a three-node ``MiniJournalCluster``), both on the disk of DIR (default: the
+system's temporary directory). For each it prints the sync p50 and, per process, the CPU (user +
+kernel, from ``/proc``) and the voluntary context switches per commit.
+
+netfloor reports only its latencies, so its processes are read twice while it runs: its whole
+CPU per round is exact (``getrusage`` of its process tree over the whole run, divided by the
+rounds), and that is split between its writer and receivers, and turned into switches per round,
+by what each process used between the two reads. A measuring tool, not a test: nothing here
+asserts a time.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+C_ROUNDS = 12000
+C_WINDOW = 2.0  # seconds between the two reads of netfloor's processes, well inside its run
+QJM_SECONDS = 3.0
+WARM_COMMITS = 500
+
+
+def _netfloor_runner():  # bench/netfloor/run.py builds the binary; it is a script, not a package
+    spec = importlib.util.spec_from_file_location("netfloor_run", HERE / "netfloor" / "run.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _read(pids: list[int]) -> list[tuple[float, int]]:
+    from qjm.bench.workload import process_cpu_seconds, voluntary_switches
+
+    return [(sum(process_cpu_seconds(p)), voluntary_switches(p)) for p in pids]
+
+
+def c_floor(binary: Path, directory: str) -> dict[str, object]:
+    sub = tempfile.mkdtemp(prefix="cpu-split-c-", dir=directory)
+    try:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        proc = subprocess.Popen([str(binary), "net", sub, str(C_ROUNDS)], stdout=subprocess.PIPE, text=True)
+        receivers: list[int] = []
+        deadline = time.monotonic() + 10
+        while len(receivers) < 3 and time.monotonic() < deadline:  # forked once its files are ready
+            out = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout
+            receivers = [int(x) for x in out.split()]
+            time.sleep(0.01)
+        pids = [proc.pid, *receivers]
+        time.sleep(0.5)  # past its uncounted warm-up rounds; what is measured is the window below
+        first = _read(pids)
+        time.sleep(C_WINDOW)
+        second = _read(pids)
+        stdout, _ = proc.communicate(timeout=600)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    finally:
+        shutil.rmtree(sub, ignore_errors=True)
+    if proc.returncode != 0 or len(receivers) != 3:
+        sys.exit(f"cpu_split.py: netfloor net failed (exit {proc.returncode}, {len(receivers)} receivers seen)")
+    per_round = (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / C_ROUNDS
+    used = [b[0] - a[0] for a, b in zip(first, second, strict=True)]
+    rounds = sum(used) / per_round  # the rounds the window held, from the CPU they took
+    return {
+        "p50_us": json.loads(stdout.strip().splitlines()[-1])["p50_us"],
+        "cpu_us": [per_round * u / sum(used) * 1e6 for u in used],
+        "switches": [(b[1] - a[1]) / rounds for a, b in zip(first, second, strict=True)],
+    }
+
+
+def qjm_native(directory: str) -> dict[str, object]:
+    import qjm
+    from qjm.testing.minicluster import MiniJournalCluster
+
+    record = b"x" * 1024
+    work = tempfile.mkdtemp(prefix="cpu-split-qjm-", dir=directory)
+    try:
+        with MiniJournalCluster(3, os.path.join(work, "cluster")) as c:
+            w = qjm.open_writer(c.uri, create=True)
+            for _ in range(WARM_COMMITS):
+                w.append(record)
+                w.sync()
+            pids = [os.getpid(), *(n.proc.pid for n in c.nodes if n.proc is not None)]
+            first = _read(pids)
+            lat: list[int] = []
+            end = time.monotonic() + QJM_SECONDS
+            while time.monotonic() < end:
+                t = time.perf_counter_ns()
+                w.append(record)
+                w.sync()
+                lat.append(time.perf_counter_ns() - t)
+            second = _read(pids)
+            w.close()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    n = len(lat)
+    lat.sort()
+    return {
+        "p50_us": lat[n // 2] / 1e3,
+        "cpu_us": [(b[0] - a[0]) / n * 1e6 for a, b in zip(first, second, strict=True)],
+        "switches": [(b[1] - a[1]) / n for a, b in zip(first, second, strict=True)],
+    }
+
+
+def _line(name: str, others: str, r: dict[str, object]) -> str:
+    cpu, sw = r["cpu_us"], r["switches"]
+    assert isinstance(cpu, list) and isinstance(sw, list)
+    return (
+        f"  {name:<4} p50 {r['p50_us']:5.0f} µs; CPU per commit {sum(cpu):4.0f} µs: writer {cpu[0]:.0f}, "
+        f"{others} {', '.join(f'{x:.0f}' for x in cpu[1:])}; voluntary switches: writer {sw[0]:.2f}, "
+        f"{others} {', '.join(f'{x:.2f}' for x in sw[1:])}"
+    )
+
+
+def main(runs: int, directory: str) -> None:
+    runner = _netfloor_runner()
+    with tempfile.TemporaryDirectory() as tmp:
+        binary = runner.build(Path(tmp))
+        print(f"{runs} runs: C networked floor ({C_ROUNDS} rounds) then qjm native ({QJM_SECONDS:.0f} s of syncs)")
+        for i in range(runs):
+            c = c_floor(binary, directory)
+            q = qjm_native(directory)
+            print(f"run {i + 1} (load {os.getloadavg()[0]:.1f})")
+            print(_line("C", "receivers", c))
+            print(_line("qjm", "nodes", q))
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 3, sys.argv[2] if len(sys.argv) > 2 else tempfile.gettempdir())
