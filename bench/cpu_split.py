@@ -5,8 +5,11 @@
 Each run (default 3) times the C networked floor (``bench/netfloor``'s ``net`` mode: a writer and
 three receivers, no protocol) and then qjm native (a writer in this process syncing 1 KiB records
 one by one against a three-node ``MiniJournalCluster``), both on the disk of DIR (default: the
-system's temporary directory). For each it prints the sync p50 and, per process, the CPU (user +
-kernel, from ``/proc``) and the voluntary context switches per commit.
+system's temporary directory). For each it prints the sync p50 and p99 and, per process, the CPU
+(user + kernel, from ``/proc``) and the voluntary context switches per commit; then qjm's p50 and
+p99 over the C floor's, pair by pair and their medians over all pairs: each floor is measured
+right before its qjm phase, so load and disk stalls that come and go weigh on both sides alike
+over many pairs.
 
 netfloor reports only its latencies, so its processes are read twice while it runs: its whole
 CPU per round is exact (``getrusage`` of its process tree over the whole run, divided by the
@@ -22,6 +25,7 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -29,7 +33,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-C_ROUNDS = 12000
+C_ROUNDS = 30000  # 6-10 s here: the two reads below must fall inside its run
 C_WINDOW = 2.0  # seconds between the two reads of netfloor's processes, well inside its run
 QJM_SECONDS = 3.0
 WARM_COMMITS = 500
@@ -71,11 +75,13 @@ def c_floor(binary: Path, directory: str) -> dict[str, object]:
         shutil.rmtree(sub, ignore_errors=True)
     if proc.returncode != 0 or len(receivers) != 3:
         sys.exit(f"cpu_split.py: netfloor net failed (exit {proc.returncode}, {len(receivers)} receivers seen)")
+    result = json.loads(stdout.strip().splitlines()[-1])
     per_round = (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / C_ROUNDS
     used = [b[0] - a[0] for a, b in zip(first, second, strict=True)]
     rounds = sum(used) / per_round  # the rounds the window held, from the CPU they took
     return {
-        "p50_us": json.loads(stdout.strip().splitlines()[-1])["p50_us"],
+        "p50_us": result["p50_us"],
+        "p99_us": result["p99_us"],
         "cpu_us": [per_round * u / sum(used) * 1e6 for u in used],
         "switches": [(b[1] - a[1]) / rounds for a, b in zip(first, second, strict=True)],
     }
@@ -110,6 +116,7 @@ def qjm_native(directory: str) -> dict[str, object]:
     lat.sort()
     return {
         "p50_us": lat[n // 2] / 1e3,
+        "p99_us": lat[int(n * 0.99)] / 1e3,
         "cpu_us": [(b[0] - a[0]) / n * 1e6 for a, b in zip(first, second, strict=True)],
         "switches": [(b[1] - a[1]) / n for a, b in zip(first, second, strict=True)],
     }
@@ -119,7 +126,8 @@ def _line(name: str, others: str, r: dict[str, object]) -> str:
     cpu, sw = r["cpu_us"], r["switches"]
     assert isinstance(cpu, list) and isinstance(sw, list)
     return (
-        f"  {name:<4} p50 {r['p50_us']:5.0f} µs; CPU per commit {sum(cpu):4.0f} µs: writer {cpu[0]:.0f}, "
+        f"  {name:<4} p50 {r['p50_us']:5.0f} µs, p99 {r['p99_us']:5.0f} µs; "
+        f"CPU per commit {sum(cpu):4.0f} µs: writer {cpu[0]:.0f}, "
         f"{others} {', '.join(f'{x:.0f}' for x in cpu[1:])}; voluntary switches: writer {sw[0]:.2f}, "
         f"{others} {', '.join(f'{x:.2f}' for x in sw[1:])}"
     )
@@ -130,12 +138,21 @@ def main(runs: int, directory: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         binary = runner.build(Path(tmp))
         print(f"{runs} runs: C networked floor ({C_ROUNDS} rounds) then qjm native ({QJM_SECONDS:.0f} s of syncs)")
+        ratios: list[tuple[float, float]] = []
         for i in range(runs):
             c = c_floor(binary, directory)
             q = qjm_native(directory)
             print(f"run {i + 1} (load {os.getloadavg()[0]:.1f})")
             print(_line("C", "receivers", c))
             print(_line("qjm", "nodes", q))
+            print(f"  qjm / C: p50 {q['p50_us'] / c['p50_us']:.2f}x, p99 {q['p99_us'] / c['p99_us']:.2f}x")
+            ratios.append((q["p50_us"] / c["p50_us"], q["p99_us"] / c["p99_us"]))
+        if runs > 1:
+            p50s, p99s = sorted(r[0] for r in ratios), sorted(r[1] for r in ratios)
+            print(
+                f"over {runs} pairs: qjm / C p50 median {statistics.median(p50s):.2f}x ({p50s[0]:.2f}-{p50s[-1]:.2f}), "
+                f"p99 median {statistics.median(p99s):.2f}x ({p99s[0]:.2f}-{p99s[-1]:.2f})"
+            )
 
 
 if __name__ == "__main__":
