@@ -101,7 +101,7 @@ def qjm_native(directory: str) -> dict[str, object]:
                 w.sync()
             pids = [os.getpid(), *(n.proc.pid for n in c.nodes if n.proc is not None)]
             first = _read(pids)
-            lat: list[int] = []
+            lat: list[float] = []
             end = time.monotonic() + QJM_SECONDS
             while time.monotonic() < end:
                 t = time.perf_counter_ns()
@@ -112,11 +112,12 @@ def qjm_native(directory: str) -> dict[str, object]:
             w.close()
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    from qjm.bench.workload import pct
+
     n = len(lat)
-    lat.sort()
     return {
-        "p50_us": lat[n // 2] / 1e3,
-        "p99_us": lat[int(n * 0.99)] / 1e3,
+        "p50_us": pct(lat, 0.5) / 1e3,
+        "p99_us": pct(lat, 0.99) / 1e3,
         "cpu_us": [(b[0] - a[0]) / n * 1e6 for a, b in zip(first, second, strict=True)],
         "switches": [(b[1] - a[1]) / n for a, b in zip(first, second, strict=True)],
     }
@@ -155,5 +156,21 @@ def main(runs: int, directory: str) -> None:
             )
 
 
+def _args(argv: list[str]) -> tuple[int, str]:
+    usage = "usage: python bench/cpu_split.py [RUNS] [DIR]"
+    if len(argv) > 2:
+        sys.exit(usage)
+    try:
+        runs = int(argv[0]) if argv else 3
+    except ValueError:
+        sys.exit(f"cpu_split.py: RUNS must be a whole number, not {argv[0]!r}\n{usage}")
+    directory = argv[1] if len(argv) > 1 else tempfile.gettempdir()
+    if runs < 1:
+        sys.exit(f"cpu_split.py: RUNS must be at least 1, not {runs}")
+    if not os.path.isdir(directory):
+        sys.exit(f"cpu_split.py: {directory!r} is not a directory")
+    return runs, directory
+
+
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 3, sys.argv[2] if len(sys.argv) > 2 else tempfile.gettempdir())
+    main(*_args(sys.argv[1:]))
