@@ -1,0 +1,296 @@
+"""Where the sync gap to the C floor lies: five rungs from the C floor to qjm, round after round.
+
+    python bench/gap_ladder.py [ROUNDS] [DIR]
+
+Each round (default 5) runs, one after the other on the disk of DIR (default: the system's
+temporary directory), five ways of committing 1 KiB to two of three replicas on loopback, each
+adding one part of qjm to the rung below it:
+
+1. ``C``: the C networked floor (``bench/netfloor``'s ``net`` mode, no protocol).
+2. ``py``: the same round with Python at both ends and qjm's segment appender
+   (``bench/netfloor/pyfloor.py``).
+3. ``bare``: a minimal Python writer (one thread, ``select``, as pyfloor's) sending qjm frames
+   over qjm's data-plane wire to three bare receiver processes: qjm's native ``Receiver``, frame
+   check and appender in one thread, no ``Journal``, no JournalNode.
+4. ``node``: the same writer against three real JournalNodes (a ``MiniJournalCluster``): the
+   node's data plane, ``Journal.journal`` and everything else a node runs. A qjm writer formats
+   the journal and starts the segment, then lets go of it; the frames carry its epoch on.
+5. ``qjm``: qjm's writer itself (``open_writer``, ``append`` + ``sync``) against a fresh cluster.
+
+Each rung times COMMITS commits after WARM uncounted ones. Each round prints every rung's p50 and
+p99 and its p50 over the C floor's of the same round; the last lines give, per rung, the median
+over the rounds of those ratios and of the step from the rung below (in µs), so that each part's
+share of the gap is read beside the floor, the machine's noise weighing on every rung alike.
+A measuring tool, not a test: nothing here asserts a time.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import select
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from qjm import Writer
+
+HERE = Path(__file__).resolve().parent
+COMMITS = 3000
+WARM = 300
+RECORD = 1024
+RUNGS = ("C", "py", "bare", "node", "qjm")
+
+
+def _netfloor_runner() -> ModuleType:  # bench/netfloor/run.py builds the binary; it is a script, not a package
+    spec = importlib.util.spec_from_file_location("netfloor_run", HERE / "netfloor" / "run.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _json_rung(argv: list[str]) -> tuple[float, float]:
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    if out.returncode != 0:
+        sys.exit(f"gap_ladder.py: {' '.join(argv[:3])} failed (exit {out.returncode}): {out.stderr.strip()[-400:]}")
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    return float(r["p50_us"]), float(r["p99_us"])
+
+
+def c_floor(binary: Path, directory: str) -> tuple[float, float]:
+    sub = tempfile.mkdtemp(prefix="gap-c-", dir=directory)
+    try:
+        return _json_rung([str(binary), "net", sub, str(COMMITS)])
+    finally:
+        shutil.rmtree(sub, ignore_errors=True)
+
+
+def py_floor(directory: str) -> tuple[float, float]:
+    sub = tempfile.mkdtemp(prefix="gap-py-", dir=directory)
+    try:
+        return _json_rung([sys.executable, str(HERE / "netfloor" / "pyfloor.py"), sub, str(COMMITS)])
+    finally:
+        shutil.rmtree(sub, ignore_errors=True)
+
+
+def raw_writer(socks: list[socket.socket], epoch: int, segment: int, first_txid: int) -> list[float]:
+    """Commit WARM + COMMITS one-record frames from ``first_txid`` on: send each to every socket,
+    then ``select`` until two have acked it. Returns the counted commits' latencies in ns."""
+    from qjm._native import framing
+    from qjm.protocol import wire
+
+    ack_size = wire.ACK.size
+    record = os.urandom(RECORD)
+    acks = [0] * len(socks)
+    bufs = [bytearray() for _ in socks]
+    lat: list[float] = []
+    for r in range(WARM + COMMITS):
+        frame = framing.encode_frame([record], epoch=epoch, segment_txid=segment, first_txid=first_txid + r)
+        t = time.perf_counter_ns()
+        for s in socks:
+            s.sendall(frame)
+        # One frame a commit, so each node's r + 1-th ack is this commit's.
+        while sum(n > r for n in acks) < 2:
+            ready, _, _ = select.select(socks, [], [])
+            for s in ready:
+                i = socks.index(s)
+                data = s.recv(65536)
+                if not data:
+                    raise RuntimeError(f"node {i} hung up")
+                buf = bufs[i]
+                buf += data
+                while len(buf) >= ack_size:
+                    if bytes(buf[:4]) != wire.ACK_MAGIC:
+                        msg, _ = wire.parse_reply(buf)
+                        raise RuntimeError(f"node {i} answered {msg!r}")
+                    del buf[:ack_size]
+                    acks[i] += 1
+        if r >= WARM:
+            lat.append(time.perf_counter_ns() - t)
+    return lat
+
+
+def _bare_receiver(listener: socket.socket, path: str) -> None:
+    from qjm._native import fanout, framing, segment_io
+
+    sock, _ = listener.accept()
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    rx = fanout.Receiver(sock)
+    rx.hello()
+    app = segment_io.Appender(path, framing.encode_segment_header(1, 1))
+    while True:
+        run = rx.next_run()
+        if run is None:
+            return
+        last = 0
+        for frame in run[0]:
+            _, _, _, last = framing.verify_frame_ids(frame)
+            app.append(frame)
+        if last:
+            app.sync()
+            rx.ack(last)
+
+
+def bare(directory: str) -> list[float]:
+    from qjm.protocol import wire
+
+    sub = tempfile.mkdtemp(prefix="gap-bare-", dir=directory)
+    pids: list[int] = []
+    socks: list[socket.socket] = []
+    try:
+        for i in range(3):
+            listener = socket.create_server(("127.0.0.1", 0))
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    _bare_receiver(listener, os.path.join(sub, f"segment-{i}"))
+                finally:
+                    os._exit(0)
+            pids.append(pid)
+            s = socket.create_connection(listener.getsockname())
+            listener.close()
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            s.sendall(wire.encode_hello("gap"))
+            socks.append(s)
+        return raw_writer(socks, 1, 1, 1)
+    finally:
+        for s in socks:
+            s.close()
+        for pid in pids:
+            os.waitpid(pid, 0)
+        shutil.rmtree(sub, ignore_errors=True)
+
+
+def _all_nodes_hold(w: Writer) -> int:
+    """Commit one record that every node, not only a quorum, holds in the open segment; its txid.
+
+    A node whose start of the segment is still on its way when the writer lets go would refuse
+    the raw frames; one left out of sync is given the next segment."""
+    for _ in range(5):
+        w.append(b"x" * RECORD)
+        last = w.sync()
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            nodes = w.stats().nodes
+            if all(n.acked_txid >= last and not n.out_of_sync for n in nodes):
+                return last
+            time.sleep(0.01)  # a measuring tool's set-up, not a test: polling is enough
+        w.roll()
+    sys.exit("gap_ladder.py: the three nodes never all held the open segment")
+
+
+def node(directory: str) -> list[float]:
+    import qjm
+    from qjm.protocol import wire
+    from qjm.testing.minicluster import MiniJournalCluster
+
+    work = tempfile.mkdtemp(prefix="gap-node-", dir=directory)
+    try:
+        with MiniJournalCluster(3, os.path.join(work, "cluster")) as c:
+            w = qjm.open_writer(c.uri, create=True)
+            last = _all_nodes_hold(w)
+            epoch, segment, journal = w.epoch, w.segment_txid, w.qjm.journal_id
+            w.abort()  # the segment stays open in its epoch; its threads and links are gone
+            socks = []
+            try:
+                for n in c.nodes:
+                    s = socket.create_connection((c.host, n.data_port))
+                    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    s.sendall(wire.encode_hello(journal))
+                    socks.append(s)
+                return raw_writer(socks, epoch, segment, last + 1)
+            finally:
+                for s in socks:
+                    s.close()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def qjm_writer(directory: str) -> list[float]:
+    import qjm
+    from qjm.testing.minicluster import MiniJournalCluster
+
+    record = os.urandom(RECORD)
+    work = tempfile.mkdtemp(prefix="gap-qjm-", dir=directory)
+    lat: list[float] = []
+    try:
+        with MiniJournalCluster(3, os.path.join(work, "cluster")) as c, qjm.open_writer(c.uri, create=True) as w:
+            for r in range(WARM + COMMITS):
+                t = time.perf_counter_ns()
+                w.append(record)
+                w.sync()
+                if r >= WARM:
+                    lat.append(time.perf_counter_ns() - t)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return lat
+
+
+def _quantiles(lat: list[float]) -> tuple[float, float]:
+    from qjm.bench.workload import pct
+
+    return pct(lat, 0.5) / 1e3, pct(lat, 0.99) / 1e3
+
+
+def main(rounds: int, directory: str) -> None:
+    runner = _netfloor_runner()
+    with tempfile.TemporaryDirectory() as tmp:
+        binary = runner.build(Path(tmp))
+        steps: dict[str, Callable[[], tuple[float, float]]] = {
+            "C": lambda: c_floor(binary, directory),
+            "py": lambda: py_floor(directory),
+            "bare": lambda: _quantiles(bare(directory)),
+            "node": lambda: _quantiles(node(directory)),
+            "qjm": lambda: _quantiles(qjm_writer(directory)),
+        }
+        print(f"{rounds} rounds of five rungs, {COMMITS} commits of 1 KiB each after {WARM} uncounted (p50/p99 µs)")
+        p50s: dict[str, list[float]] = {k: [] for k in RUNGS}
+        for i in range(rounds):
+            got = {k: steps[k]() for k in RUNGS}
+            floor = got["C"][0]
+            print(
+                f"round {i + 1} (load {os.getloadavg()[0]:.1f}): "
+                + "; ".join(f"{k} {p50:.0f}/{p99:.0f} ({p50 / floor:.2f}x)" for k, (p50, p99) in got.items())
+            )
+            for k in RUNGS:
+                p50s[k].append(got[k][0])
+        print(f"over {rounds} rounds, medians: rung p50 / that round's C floor p50, and the step from the rung below")
+        for j, k in enumerate(RUNGS):
+            ratio = statistics.median(p / c for p, c in zip(p50s[k], p50s["C"], strict=True))
+            line = f"  {k:<4} {ratio:.2f}x the floor"
+            if j:
+                below = RUNGS[j - 1]
+                step = statistics.median(a - b for a, b in zip(p50s[k], p50s[below], strict=True))
+                line += f", {step:+.0f} µs over {below}"
+            print(line)
+
+
+def _args(argv: list[str]) -> tuple[int, str]:
+    usage = "usage: python bench/gap_ladder.py [ROUNDS] [DIR]"
+    if len(argv) > 2:
+        sys.exit(usage)
+    try:
+        rounds = int(argv[0]) if argv else 5
+    except ValueError:
+        sys.exit(f"gap_ladder.py: ROUNDS must be a whole number, not {argv[0]!r}\n{usage}")
+    directory = argv[1] if len(argv) > 1 else tempfile.gettempdir()
+    if rounds < 1:
+        sys.exit(f"gap_ladder.py: ROUNDS must be at least 1, not {rounds}")
+    if not os.path.isdir(directory):
+        sys.exit(f"gap_ladder.py: {directory!r} is not a directory")
+    return rounds, directory
+
+
+if __name__ == "__main__":
+    main(*_args(sys.argv[1:]))
