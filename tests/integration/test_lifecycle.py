@@ -43,12 +43,19 @@ def in_progress(c: MiniJournalCluster, i: int) -> list[int]:
 
 
 def rolled_writer(c: MiniJournalCluster, segments: int, per: int = 50, **options: object) -> qjm.Writer:
-    """A writer that has finalized ``segments`` segments of ``per`` txids each, by hand."""
+    """A writer that has finalized ``segments`` segments of ``per`` txids each, by hand, on every
+    node: a roll returns at a majority, and the tests here compare every node's files."""
     w = qjm.open_writer(c.uri, create=True, close_grace=SETTLE_TIMEOUT, **options)
     for s in range(segments):
         for t in range(s * per + 1, (s + 1) * per + 1):
             w.append(txn_data(t))
         w.roll()
+    last = segments * per
+    for i in range(len(c.nodes)):
+        eventually(
+            lambda i=i: in_progress(c, i) == [last + 1] and [e for _, e in finalized(c, i)][-1:] == [last],
+            what=f"n{i} rolled to {last + 1}",
+        )
     return w
 
 
