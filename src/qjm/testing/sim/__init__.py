@@ -10,9 +10,9 @@ recovery choice and one ``RemoteLogger`` per node. Only the network under the lo
   servicer answers it in the same step unless a fault strikes, and the logger's retry and
   refusal handling run as in production. Batches travel on a ``SimLink`` in the same FIFO queue,
   are applied with the node's ``apply_run`` and answered with ``wire`` replies.
-* Each writer runs in its own thread, but only one thread ever runs at a time: a writer runs until
-  its ``QuorumCall`` has to wait, then hands control back to the scheduler (a baton passed with two
-  semaphores). The scheduler, driven by one ``Chooser`` (one seeded ``random.Random``), decides
+* Each writer runs in its own greenlet in the scheduler's thread, so only one ever runs at a time:
+  a writer runs until its ``QuorumCall`` has to wait, then hands control back to the scheduler (a
+  baton passed by switching greenlets). The scheduler, driven by one ``Chooser`` (one seeded ``random.Random``), decides
   everything else: which channel delivers next, which writer resumes, where faults strike. So one
   seed is one execution, and replaying it gives the same trace.
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import random
-import threading
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -63,7 +62,6 @@ __all__ = [
 _UNFENCED_OPS = ("is_formatted", "format", "get_journal_state", "get_edit_log_manifest", "get_journaled_edits")
 SIM_CHUNK = 97  # bytes per download chunk: frames arrive cut in several pieces
 SYNC_EVERY = 5  # steps between catch-up rounds: node (step / SYNC_EVERY) mod n runs one
-_BATON_TIMEOUT = 120.0  # a writer thread that never yields back is a harness bug, not a slow machine
 
 
 @dataclass
@@ -128,7 +126,6 @@ class Simulation:
         self.checker = Checker(self)
         self.checker.check_durable_ack = check_durable_ack
         self.tasks: list[Task] = []
-        self._back = threading.Semaphore(0)
         self._current: Task | None = None
         self._torn = ChooserRandom(self.chooser)
         self.stats: dict[str, int] = {
@@ -284,9 +281,9 @@ class Simulation:
     # -- baton -------------------------------------------------------------------------------
 
     def block_current(self, cond: SimCondition) -> None:
-        """In a writer thread: give the baton to the scheduler until it resumes this writer."""
+        """In a writer: give the baton to the scheduler until it resumes this writer."""
         task = self._current
-        if task is None or threading.current_thread() is not task.thread:
+        if task is None or not task.is_current:
             raise RuntimeError("a simulated quorum wait outside a writer task")
         task.waits += 1
         op = next((s.split("(", 1)[0] for s in cond.owner.summaries.values() if s != "(not sent)"), "")
@@ -307,8 +304,7 @@ class Simulation:
         task.state = "waiting"
         task.cond = cond
         cond.notified = False
-        self._back.release()
-        task.go.acquire()
+        task.park()
         task.state = "running"
         if task.kill:
             raise Killed
@@ -321,14 +317,9 @@ class Simulation:
             if t.state == "waiting" and t.cond is not None and t.cond.on_news:
                 t.cond.notified = True
 
-    def baton_back(self) -> None:
-        self._back.release()
-
     def _run_task(self, task: Task) -> None:
         self._current = task
-        task.go.release()
-        if not self._back.acquire(timeout=_BATON_TIMEOUT):
-            raise RuntimeError(f"writer w{task.wid} did not yield within {_BATON_TIMEOUT}s")
+        task.resume()
         self._current = None
         if task.state == "done":
             self._task_ended(task)
@@ -759,7 +750,7 @@ class Simulation:
         return task
 
     def writer_body(self, task: Task) -> None:
-        """What a writer does (in its own thread, holding the baton): recover, then its plan."""
+        """What a writer does (in its own greenlet, holding the baton): recover, then its plan."""
         q = task.qjm
         if task.plan.format:
             task.phase = "format"
@@ -1086,18 +1077,15 @@ class Simulation:
         return list(node.journal.get_edit_log_manifest(1, False).logs)
 
     def _shutdown(self) -> None:
-        """Unwind every writer thread still parked (also after a violation)."""
+        """Unwind every writer still parked (also after a violation)."""
         self._final = True
         for t in self.tasks:
             if t.state != "done":
                 t.kill = True
                 t.life.crash("simulation over")
                 self._current = t
-                t.go.release()
-                self._back.acquire(timeout=_BATON_TIMEOUT)
+                t.resume()
                 self._current = None
-        for t in self.tasks:
-            t.thread.join(timeout=_BATON_TIMEOUT)
 
 
 def run_seed(
