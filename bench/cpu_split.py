@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from script_args import count_and_dir  # bench/, the script's own directory
+
 HERE = Path(__file__).resolve().parent
 C_ROUNDS = 30000  # 6-10 s here: the two reads below must fall inside its run
 C_WINDOW = 2.0  # seconds between the two reads of netfloor's processes, well inside its run
@@ -156,21 +158,5 @@ def main(runs: int, directory: str) -> None:
             )
 
 
-def _args(argv: list[str]) -> tuple[int, str]:
-    usage = "usage: python bench/cpu_split.py [RUNS] [DIR]"
-    if len(argv) > 2:
-        sys.exit(usage)
-    try:
-        runs = int(argv[0]) if argv else 3
-    except ValueError:
-        sys.exit(f"cpu_split.py: RUNS must be a whole number, not {argv[0]!r}\n{usage}")
-    directory = argv[1] if len(argv) > 1 else tempfile.gettempdir()
-    if runs < 1:
-        sys.exit(f"cpu_split.py: RUNS must be at least 1, not {runs}")
-    if not os.path.isdir(directory):
-        sys.exit(f"cpu_split.py: {directory!r} is not a directory")
-    return runs, directory
-
-
 if __name__ == "__main__":
-    main(*_args(sys.argv[1:]))
+    main(*count_and_dir(sys.argv[1:], "cpu_split.py", "RUNS", 3))

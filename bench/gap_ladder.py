@@ -42,6 +42,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from script_args import count_and_dir  # bench/, the script's own directory
+
 if TYPE_CHECKING:
     from qjm import Writer
 
@@ -276,21 +278,5 @@ def main(rounds: int, directory: str) -> None:
             print(line)
 
 
-def _args(argv: list[str]) -> tuple[int, str]:
-    usage = "usage: python bench/gap_ladder.py [ROUNDS] [DIR]"
-    if len(argv) > 2:
-        sys.exit(usage)
-    try:
-        rounds = int(argv[0]) if argv else 5
-    except ValueError:
-        sys.exit(f"gap_ladder.py: ROUNDS must be a whole number, not {argv[0]!r}\n{usage}")
-    directory = argv[1] if len(argv) > 1 else tempfile.gettempdir()
-    if rounds < 1:
-        sys.exit(f"gap_ladder.py: ROUNDS must be at least 1, not {rounds}")
-    if not os.path.isdir(directory):
-        sys.exit(f"gap_ladder.py: {directory!r} is not a directory")
-    return rounds, directory
-
-
 if __name__ == "__main__":
-    main(*_args(sys.argv[1:]))
+    main(*count_and_dir(sys.argv[1:], "gap_ladder.py", "ROUNDS", 5))
