@@ -12,9 +12,9 @@ recovery choice and one ``RemoteLogger`` per node. Only the network under the lo
   are applied with the node's ``apply_run`` and answered with ``wire`` replies.
 * Each writer runs in its own greenlet in the scheduler's thread, so only one ever runs at a time:
   a writer runs until its ``QuorumCall`` has to wait, then hands control back to the scheduler (a
-  baton passed by switching greenlets). The scheduler, driven by one ``Chooser`` (one seeded ``random.Random``), decides
-  everything else: which channel delivers next, which writer resumes, where faults strike. So one
-  seed is one execution, and replaying it gives the same trace.
+  baton passed by switching greenlets). The scheduler, driven by one ``Chooser`` (one seeded
+  ``random.Random``), decides everything else: which channel delivers next, which writer resumes,
+  where faults strike. So one seed is one execution, and replaying it gives the same trace.
 
 ``QuorumCall`` waits in ``threading.Condition.wait``; the simulation gives each of its calls a
 condition whose ``wait`` yields to the scheduler, and a virtual clock, so no real time passes and

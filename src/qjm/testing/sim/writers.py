@@ -42,8 +42,8 @@ class Task:
     """A writer that only runs while it holds the baton.
 
     A greenlet in the scheduler's thread: the scheduler and its writers take turns and never run
-    at once, so handing the baton over is a switch of stacks (about a microsecond) where OS threads
-    would need two wake-ups, which took most of a search's time and grew with the machine's load.
+    at once, so handing the baton over is a switch of stacks (about a microsecond), not two OS
+    wake-ups that each wait for a CPU, which on a busy machine would be most of a search's time.
     """
 
     def __init__(self, sim: Simulation, wid: int, plan: WriterPlan, final: bool = False) -> None:
