@@ -22,7 +22,7 @@ from qjm.testing.chaos import ChaosConfig, parse_duration, run_chaos
 from qjm.testing.exhaustive import double_failure_sweep, explore, small_worlds
 from qjm.testing.faultsim import parse_range, run_faultsim
 from qjm.testing.minicluster import MiniJournalCluster
-from qjm.testing.sim import run_seed
+from qjm.testing.sim import DEFAULT_DEADLINE, STACK_HEADING, run_seed
 
 
 def _cluster_up(a: argparse.Namespace) -> int:
@@ -58,7 +58,7 @@ def _sim(a: argparse.Namespace) -> int:
 def _sim_run(a: argparse.Namespace) -> int:
     bugs = ProtocolBugs.parse(a.bugs)
     if a.sweep:
-        sw = double_failure_sweep(bugs=bugs)
+        sw = double_failure_sweep(bugs=bugs, deadline=a.deadline)
         print(f"double-failure sweep: {sw.runs} runs, calls per node {sw.calls_per_node}, {sw.acked_txids} txids "
               f"acknowledged, {len(sw.violations)} violations, {sw.seconds:.1f}s")  # fmt: skip
         for plan, r in sw.violations[:5]:
@@ -67,7 +67,7 @@ def _sim_run(a: argparse.Namespace) -> int:
     if a.explore:
         bad = 0
         for w in small_worlds():
-            e = explore(w, bugs=bugs, time_limit=a.time_limit)
+            e = explore(w, bugs=bugs, time_limit=a.time_limit, deadline=a.deadline)
             done = "complete" if e.complete else f"stopped after {a.time_limit:g}s"
             print(f"{w.name}: {e.states} states, {e.runs} executions, {e.seconds:.1f}s, {done}, "
                   f"{len(e.violations)} violations")  # fmt: skip
@@ -80,11 +80,15 @@ def _sim_run(a: argparse.Namespace) -> int:
     if a.seed is None:
         print("qjm sim: give --seed N (or --sweep / --explore)", file=sys.stderr)
         return 2
-    r = run_seed(a.seed, steps=a.steps, bugs=bugs, keep_trace=True)
+    r = run_seed(a.seed, steps=a.steps, bugs=bugs, keep_trace=True, deadline=a.deadline)
     if a.trace:
         print("\n".join(r.trace))
-    verdict = "ok" if r.ok else f"VIOLATION: {r.violation}"
-    print(f"seed {a.seed}: {verdict}")
+    if r.harness_failure:  # the violation names it; its stack is the one clue, so it prints always
+        print(f"seed {a.seed}: {r.violation}")
+        if not a.trace:
+            print("\n".join(r.trace[r.trace.index(STACK_HEADING) :] if STACK_HEADING in r.trace else r.trace))
+    else:
+        print(f"seed {a.seed}: {'ok' if r.ok else f'VIOLATION: {r.violation}'}")
     print("  " + ", ".join(f"{k} {v}" for k, v in sorted(r.stats.items()) if v))
     return 0 if r.ok else 1
 
@@ -93,7 +97,7 @@ def _faultsim(a: argparse.Namespace) -> int:
     """Many simulator seeds over Spark (or a local process pool without pyspark)."""
     rep = run_faultsim(
         parse_range(a.seeds), master=a.master, steps=a.steps, bugs=ProtocolBugs.parse(a.bugs), batch=a.batch,
-        use_spark=False if a.local else None, processes=a.processes,
+        use_spark=False if a.local else None, processes=a.processes, deadline=a.deadline,
     )  # fmt: skip
     print(rep.summary())
     return 0 if not rep.failures else 1
@@ -108,6 +112,24 @@ def _chaos(a: argparse.Namespace) -> int:
     rep = run_chaos(cfg, out=sys.stderr)
     print(rep.summary())
     return 0 if rep.ok else 1
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not v > 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds: {text!r}")
+    return v
+
+
+def _deadline_argument(s: argparse.ArgumentParser) -> None:
+    s.add_argument(
+        "--deadline", type=_positive_seconds, default=DEFAULT_DEADLINE, metavar="SECONDS",
+        help=f"wall-clock bound on one execution; a run past it is reported as a harness failure with "
+        f"the stack it was stuck in (default {DEFAULT_DEADLINE:g})",
+    )  # fmt: skip
 
 
 def register(add: AddCommand) -> None:
@@ -136,6 +158,7 @@ def register(add: AddCommand) -> None:
     s.add_argument("--sweep", action="store_true", help="the double-failure sweep (Hadoop TestQJMWithFaults)")
     s.add_argument("--explore", action="store_true", help="search every execution of the small worlds")
     s.add_argument("--time-limit", type=float, default=120.0, help="seconds per world for --explore")
+    _deadline_argument(s)
     s.set_defaults(fn=_sim)
 
     s = add("faultsim", help="run many simulator seeds on Spark (any master) or a local pool")
@@ -146,6 +169,7 @@ def register(add: AddCommand) -> None:
     s.add_argument("--batch", type=int, default=None, help="seeds per Spark job (progress is printed per job)")
     s.add_argument("--local", action="store_true", help="use a local process pool even if pyspark imports")
     s.add_argument("--processes", type=int, default=None, help="size of the local pool (default: every core)")
+    _deadline_argument(s)
     s.set_defaults(fn=_faultsim)
 
     s = add("chaos", help="process-level chaos: writers and nodes SIGKILLed/SIGSTOPped, then verified")

@@ -23,7 +23,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from qjm.testing.bugs import ProtocolBugs
-from qjm.testing.sim import NO_FAULTS, Chooser, FaultRates, SimResult, Simulation, Workload, WriterPlan
+from qjm.testing.sim import (
+    DEFAULT_DEADLINE,
+    NO_FAULTS,
+    Chooser,
+    FaultRates,
+    SimResult,
+    Simulation,
+    Workload,
+    WriterPlan,
+)
 
 __all__ = [
     "ExploreChooser",
@@ -68,10 +77,11 @@ def double_failure_sweep(
     seed: int = 0,
     stop_on_violation: bool = False,
     check_durable_ack: bool = True,
+    deadline: float | None = DEFAULT_DEADLINE,
 ) -> SweepResult:
     """Fail every pair of calls (i-th to one node, j-th to another) and check every recovery."""
     t0 = time.perf_counter()
-    learn = Simulation(seed, rates=NO_FAULTS, workload=workload, bugs=bugs, keep_trace=False)
+    learn = Simulation(seed, rates=NO_FAULTS, workload=workload, bugs=bugs, keep_trace=False, deadline=deadline)
     res = learn.run()
     if not res.ok:
         return SweepResult(1, {}, [({}, res)], res.stats["acked_txids"], time.perf_counter() - t0)
@@ -90,18 +100,18 @@ def double_failure_sweep(
                             plan = {(1, a, i): ka, (1, b, j): kb}
                             sim = Simulation(
                                 seed, rates=NO_FAULTS, workload=workload, bugs=bugs, planned=plan, keep_trace=False,
-                                check_durable_ack=check_durable_ack,
+                                check_durable_ack=check_durable_ack, deadline=deadline,
                             )  # fmt: skip
                             r = sim.run()
                             runs += 1
                             acked += r.stats["acked_txids"]
                             if not r.ok:
-                                again = Simulation(
+                                again = r if r.harness_failure else Simulation(
                                     seed, rates=NO_FAULTS, workload=workload, bugs=bugs, planned=plan,
-                                    check_durable_ack=check_durable_ack,
+                                    check_durable_ack=check_durable_ack, deadline=deadline,
                                 ).run()  # fmt: skip
                                 violations.append((plan, again))
-                                if stop_on_violation:
+                                if stop_on_violation or r.harness_failure:
                                     return SweepResult(runs, calls, violations, acked, time.perf_counter() - t0)
     return SweepResult(runs, calls, violations, acked, time.perf_counter() - t0)
 
@@ -278,6 +288,7 @@ def explore(
     stop_on_violation: bool = True,
     check_durable_ack: bool = True,
     differential: bool = False,
+    deadline: float | None = DEFAULT_DEADLINE,
 ) -> ExploreResult:
     """Depth-first over every execution of ``world``; stops at the first violation if asked.
 
@@ -301,17 +312,20 @@ def explore(
         ch = ExploreChooser(prefix, seen, world.budget, frozenset(kinds), world.delays)
         sim = Simulation(
             None, steps=100_000, bugs=bugs, chooser=ch, rates=rates, workload=workload, keep_trace=False,
-            check_durable_ack=check_durable_ack,
+            check_durable_ack=check_durable_ack, deadline=deadline,
         )  # fmt: skip
         res = sim.run()
         runs += 1
         pruned += res.pruned
         choices = [c for c, _ in ch.path]
+        if res.harness_failure:  # a stuck execution: its stack is the report, and the search ends
+            violations.append(([c for c, _ in ch.path], res))
+            break
         if not res.ok and differential:
             base = ExploreChooser(choices, set(), world.budget, frozenset(kinds), world.delays)
             clean = Simulation(
                 None, steps=100_000, chooser=base, rates=rates, workload=workload, keep_trace=False,
-                check_durable_ack=check_durable_ack,
+                check_durable_ack=check_durable_ack, deadline=deadline,
             ).run()  # fmt: skip
             if not clean.ok and _category(clean.violation) == _category(res.violation):
                 res = clean  # the same invariant breaks without the switch: not its doing, keep searching
@@ -320,7 +334,7 @@ def explore(
             replay = ExploreChooser(choices, set(), world.budget, frozenset(kinds), world.delays)
             again = Simulation(
                 None, steps=100_000, bugs=bugs, chooser=replay, rates=rates, workload=workload,
-                check_durable_ack=check_durable_ack,
+                check_durable_ack=check_durable_ack, deadline=deadline,
             ).run()  # fmt: skip
             violations.append((choices, again))
             if stop_on_violation:

@@ -6,6 +6,9 @@ runs ``run_seed`` for its seeds and sends back only counts and the failing seeds
 traces), so 100,000 seeds do not ship 100,000 results. Seeds go out in batches so progress (seeds
 done, violations, rate) is printed as it goes. Any master URL works; ``local[*]`` uses every core.
 
+Each seed runs under a wall-clock ``deadline`` (``qjm.testing.sim.deadline``): a seed stuck in the
+harness is reported as a harness failure with the stack it was stuck in, and the search goes on.
+
 Without pyspark the same batches run on a local ``multiprocessing`` pool, and the run says so.
 """
 
@@ -21,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from qjm.testing.bugs import ProtocolBugs
+from qjm.testing.sim.deadline import DEFAULT_DEADLINE, HARNESS_FAILURE
 
 __all__ = ["FaultsimReport", "parse_range", "replay_command", "run_faultsim"]
 
@@ -50,6 +54,11 @@ class FaultsimReport:
     bugs: ProtocolBugs | None = None
 
     @property
+    def harness_failures(self) -> int:
+        """Failing seeds that ran past their deadline: the harness's fault, not the protocol's."""
+        return sum(1 for _, v, _ in self.failures if v.startswith(HARNESS_FAILURE))
+
+    @property
     def rate(self) -> float:
         return self.seeds / self.seconds if self.seconds > 0 else 0.0
 
@@ -61,7 +70,8 @@ class FaultsimReport:
         lines = [
             f"faultsim: {self.seeds} seeds on {self.engine} ({self.cores} cores) in {self.seconds:.1f}s: "
             f"{self.rate:.0f} seeds/s, {self.rate_per_core:.0f} seeds/s per core",
-            f"  {self.ok} passed, {len(self.failures)} violated an invariant",
+            f"  {self.ok} passed, {len(self.failures) - self.harness_failures} violated an invariant, "
+            f"{self.harness_failures} harness failures (ran past the deadline)",
             "  totals: " + ", ".join(f"{k} {v}" for k, v in sorted(self.stats.items())),
         ]
         for seed, violation, trace in sorted(self.failures):
@@ -88,7 +98,9 @@ def _quiet_logs() -> None:
         lg.addHandler(logging.NullHandler())
 
 
-def run_partition(seeds: Iterable[int], steps: int = 400, bugs: ProtocolBugs | None = None) -> Iterator[dict[str, Any]]:
+def run_partition(
+    seeds: Iterable[int], steps: int = 400, bugs: ProtocolBugs | None = None, deadline: float | None = DEFAULT_DEADLINE
+) -> Iterator[dict[str, Any]]:
     """Run the seeds of one partition; yield one record: counts, stats totals, failures with traces."""
     from qjm.testing.sim import run_seed
 
@@ -97,7 +109,7 @@ def run_partition(seeds: Iterable[int], steps: int = 400, bugs: ProtocolBugs | N
     totals: dict[str, int] = {}
     failures: list[tuple[int, str, list[str]]] = []
     for seed in seeds:
-        r = run_seed(seed, steps=steps, bugs=bugs)
+        r = run_seed(seed, steps=steps, bugs=bugs, deadline=deadline)
         n += 1
         for k, v in r.stats.items():
             totals[k] = totals.get(k, 0) + v
@@ -176,6 +188,7 @@ def run_faultsim(
     out: TextIO = sys.stderr,
     use_spark: bool | None = None,
     processes: int | None = None,
+    deadline: float | None = DEFAULT_DEADLINE,
 ) -> FaultsimReport:
     """Run every seed of ``seeds``; Spark if pyspark imports (or ``use_spark``), else a process pool."""
     if use_spark is None:
@@ -190,7 +203,7 @@ def run_faultsim(
             report.engine = f"Spark {spark.version} master {sc.master}"
             print(f"faultsim: {report.engine}, defaultParallelism {report.cores}", file=out, flush=True)
             size = batch or max(report.cores * 250, len(seeds) // 20 or 1)
-            fn = _partition_fn(steps, bugs)
+            fn = _partition_fn(steps, bugs, deadline)
             for b in _batches(seeds, size):
                 slices = max(1, min(len(b), report.cores * slices_per_core))
                 parts = sc.parallelize(b, slices).mapPartitions(fn).collect()
@@ -210,24 +223,26 @@ def run_faultsim(
         ctx = mp.get_context("spawn")
         with ctx.Pool(report.cores) as pool:
             for b in _batches(seeds, size):
-                jobs = [(b[i : i + chunk], steps, bugs) for i in range(0, len(b), chunk)]
+                jobs = [(b[i : i + chunk], steps, bugs, deadline) for i in range(0, len(b), chunk)]
                 _merge(report, pool.starmap(_pool_job, jobs))
                 _progress(out, report, len(seeds), t0)
     report.seconds = time.perf_counter() - t0
     return report
 
 
-def _pool_job(seeds: range, steps: int, bugs: ProtocolBugs | None) -> dict[str, Any]:
-    return next(run_partition(seeds, steps, bugs))
+def _pool_job(seeds: range, steps: int, bugs: ProtocolBugs | None, deadline: float | None) -> dict[str, Any]:
+    return next(run_partition(seeds, steps, bugs, deadline))
 
 
-def _partition_fn(steps: int, bugs: ProtocolBugs | None) -> Callable[[Iterable[int]], Iterator[dict[str, Any]]]:
+def _partition_fn(
+    steps: int, bugs: ProtocolBugs | None, deadline: float | None
+) -> Callable[[Iterable[int]], Iterator[dict[str, Any]]]:
     """A picklable function of one partition (the import happens on the executor)."""
 
     def fn(seeds: Iterable[int]) -> Iterator[dict[str, Any]]:
         from qjm.testing.faultsim import run_partition
 
-        return run_partition(seeds, steps, bugs)
+        return run_partition(seeds, steps, bugs, deadline)
 
     return fn
 

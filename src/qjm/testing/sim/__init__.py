@@ -40,21 +40,27 @@ node's own ``InvariantViolation`` reply is a violation too, even one no writer w
 
 The package, one module per part: ``choice`` (decisions, fault rates, workloads), ``nodes``,
 ``transport`` (the simulated network under ``RemoteLogger``, and the quorum waits), ``writers``, ``checker`` (the
-invariants) and ``simulation`` (the scheduler, ``run_seed`` and the seed searches).
+invariants), ``deadline`` (each execution's wall-clock bound: a writer stuck outside the simulation
+becomes a harness failure, not a hang) and ``simulation`` (the scheduler, ``run_seed`` and the seed
+searches).
 """
 
 from qjm.testing.sim.checker import Checker, SimViolation
 from qjm.testing.sim.choice import NO_FAULTS, Chooser, FaultRates, RandomChooser, Workload, WriterPlan
+from qjm.testing.sim.deadline import DEFAULT_DEADLINE, STACK_HEADING, DeadlineExceeded
 from qjm.testing.sim.nodes import JOURNAL_ID, NS
 from qjm.testing.sim.simulation import SimResult, Simulation, caused_by, run_seed, search_seeds, violation_category
 from qjm.testing.sim.transport import SimLoggerSet, SimManager, SimNodeIO, SimQuorumCall
 
 __all__ = [
+    "DEFAULT_DEADLINE",
     "JOURNAL_ID",
     "NO_FAULTS",
     "NS",
+    "STACK_HEADING",
     "Checker",
     "Chooser",
+    "DeadlineExceeded",
     "FaultRates",
     "RandomChooser",
     "SimLoggerSet",

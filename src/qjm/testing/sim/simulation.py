@@ -45,6 +45,13 @@ from qjm.testing.sim.choice import (
     WriterPlan,
     WriterRole,
 )
+from qjm.testing.sim.deadline import (
+    DEFAULT_DEADLINE,
+    HARNESS_FAILURE,
+    STACK_HEADING,
+    DeadlineExceeded,
+    execution_deadline,
+)
 from qjm.testing.sim.nodes import JOURNAL_ID, NS, Node, NodeCrash, SimHooks
 from qjm.testing.sim.transport import Msg, SimCondition, SimNodeIO, SimServicer, short
 from qjm.testing.sim.writers import Batch, Killed, Task
@@ -75,6 +82,9 @@ class SimResult:
     node_alarms: list[str] = field(default_factory=list)
     """Every ``InvariantViolation`` a node replied with, whether or not a writer waited for it:
     each one fails the run (the first is its violation)."""
+    harness_failure: bool = False
+    """The run failed in the harness, not the protocol: it ran past its deadline (its trace ends
+    with the stack that was running then)."""
 
 
 class Simulation:
@@ -93,8 +103,10 @@ class Simulation:
         keep_trace: bool = True,
         check_durable_ack: bool = True,
         quiet_links: bool | None = None,
+        deadline: float | None = DEFAULT_DEADLINE,
     ) -> None:
         self.seed = seed
+        self.deadline = deadline
         self.max_steps = steps
         self.bugs = bugs
         self.rng = random.Random(seed)
@@ -485,7 +497,7 @@ class Simulation:
         io.life.on_wire = m.on_wire
         try:
             result = m.run()
-        except SimViolation:
+        except (SimViolation, DeadlineExceeded):
             raise
         except BaseException as e:
             if not m.fut.done():
@@ -907,21 +919,33 @@ class Simulation:
 
     def _run(self) -> SimResult:
         violation: SimViolation | None = None
+        overrun: DeadlineExceeded | None = None
         pruned = False
         try:
-            self._begin()
-            while self.step < self.max_steps and not self._idle():
-                if not self.chooser.at_state(self.state_key):
-                    pruned = True
-                    break
-                self._step()
-            if not pruned:
-                self._finish()
+            with execution_deadline(self.deadline):
+                self._begin()
+                while self.step < self.max_steps and not self._idle():
+                    if not self.chooser.at_state(self.state_key):
+                        pruned = True
+                        break
+                    self._step()
+                if not pruned:
+                    self._finish()
         except SimViolation as v:
             violation = v
+        except DeadlineExceeded as d:
+            overrun = d
         finally:
             self._shutdown()
         self.stats["steps"] = self.step
+        if overrun is not None:
+            return SimResult(
+                self.seed, False,
+                f"{HARNESS_FAILURE}: {overrun} at step {self.step} (a writer blocked outside the simulation's "
+                "conditions, or a loop that never yields)",
+                [*self.trace, STACK_HEADING, *overrun.stack],
+                dict(self.stats), pruned, list(self.node_alarms), harness_failure=True,
+            )  # fmt: skip
         return SimResult(
             self.seed,
             violation is None,
@@ -1097,16 +1121,19 @@ def run_seed(
     check_durable_ack: bool = True,
     workload: Workload | None = None,
     rates: FaultRates | None = None,
+    deadline: float | None = DEFAULT_DEADLINE,
 ) -> SimResult:
-    """Run one seed. Without ``keep_trace`` a failing seed is run again to record its trace."""
+    """Run one seed. Without ``keep_trace`` a failing seed is run again to record its trace (but
+    not one that ran past its ``deadline``: the stack it reports is the clue, and a second run
+    would only spend the deadline again)."""
     res = Simulation(
         seed, steps=steps, bugs=bugs, keep_trace=keep_trace, check_durable_ack=check_durable_ack,
-        workload=workload, rates=rates,
+        workload=workload, rates=rates, deadline=deadline,
     ).run()  # fmt: skip
-    if not res.ok and not keep_trace:
+    if not res.ok and not keep_trace and not res.harness_failure:
         again = Simulation(
             seed, steps=steps, bugs=bugs, keep_trace=True, check_durable_ack=check_durable_ack,
-            workload=workload, rates=rates,
+            workload=workload, rates=rates, deadline=deadline,
         ).run()  # fmt: skip
         if again.violation != res.violation:
             raise RuntimeError(f"seed {seed} is not deterministic: {res.violation!r} then {again.violation!r}")

@@ -54,7 +54,7 @@ class Task:
         self.state = "new"  # new | running | waiting | done
         self.kill = False
         self.cond: SimCondition | None = None
-        self.error: BaseException | None = None
+        self.error: Exception | None = None
         self.outcome = ""
         self.waits = 0
         self.death_at = 0  # dies on entering its death_at-th wait (0: no planned death)
@@ -98,7 +98,7 @@ class Task:
             self.outcome = "done"
         except Killed:
             self.outcome = "killed"
-        except BaseException as e:
+        except Exception as e:  # the others (a deadline, Ctrl-C) go on to the scheduler
             self.error = e
         finally:
             self.state = "done"  # and the greenlet's end hands the baton back
