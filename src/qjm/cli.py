@@ -27,6 +27,7 @@ from typing import Any, NoReturn
 
 from qjm._native import framing
 from qjm._version import __version__
+from qjm.argtypes import positive_int
 from qjm.client.manager import QuorumJournalManager
 from qjm.client.reader import open_reader
 from qjm.client.retention import PurgeRequest, parse_age
@@ -296,7 +297,9 @@ def _register_certs(add: AddCommand) -> None:
         if name == "node":
             c.add_argument("--dns", action="append", default=[], help="another DNS name the node is reached by")
             c.add_argument("--ip", action="append", default=[], help="an IP address the node is reached at")
-        c.add_argument("--days", type=int, default=3650 if name == "init" else certs.DEFAULT_DAYS, help="validity")
+        c.add_argument(
+            "--days", type=positive_int, default=3650 if name == "init" else certs.DEFAULT_DAYS, help="validity"
+        )
     s.set_defaults(fn=_certs)
 
 
@@ -372,7 +375,7 @@ def register(add: AddCommand) -> None:
 
     s = add("tail", help="print committed records")
     _add_uri_arg(s)
-    s.add_argument("--from", dest="from_txid", type=int, default=1, help="first txid to print (default 1)")
+    s.add_argument("--from", dest="from_txid", type=positive_int, default=1, help="first txid to print (default 1)")
     s.add_argument("-f", "--follow", action="store_true", help="keep printing new records as they commit")
     s.add_argument("--hex", action="store_true", help="print records as hex instead of UTF-8 text")
     s.set_defaults(fn=_tail)

@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from qjm.testing.faultsim import parse_range, run_faultsim
+from qjm.testing.faultsim import run_faultsim
 
 pytestmark = [pytest.mark.sim, pytest.mark.spark]
 
@@ -22,8 +22,3 @@ def test_faultsim_on_spark_local2_runs_every_seed_without_violations() -> None:
     progress = out.getvalue()
     assert "1000/2000 seeds" in progress and "2000/2000 seeds" in progress
     assert rep.stats["recoveries"] > 2000
-
-
-def test_parse_range() -> None:
-    assert parse_range("0:100000") == range(0, 100000)
-    assert parse_range("7") == range(7, 8)

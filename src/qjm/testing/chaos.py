@@ -39,7 +39,7 @@ from qjm.testing.certs import make_pki
 if TYPE_CHECKING:
     from qjm.config import QJMConfig
 
-__all__ = ["ChaosConfig", "ChaosReport", "parse_duration", "run_chaos", "verify"]
+__all__ = ["ChaosConfig", "ChaosReport", "run_chaos", "verify"]
 
 JOURNAL_ID = "chaos"
 _FINALIZED = re.compile(r"edits_\d{19}-\d{19}")
@@ -60,13 +60,6 @@ def _writer_config(tls: TlsConfig | None = None) -> QJMConfig:
     from qjm.config import config_from
 
     return dataclasses.replace(config_from(WRITER_OPTIONS), tls=tls)
-
-
-def parse_duration(text: str) -> float:
-    """``"90"``, ``"60s"``, ``"10m"``, ``"1h"`` → seconds."""
-    t = text.strip().lower()
-    mult = {"s": 1.0, "m": 60.0, "h": 3600.0}.get(t[-1:])
-    return float(t[:-1]) * mult if mult is not None else float(t)
 
 
 @dataclass

@@ -14,13 +14,14 @@ import signal
 import sys
 import threading
 
+from qjm.argtypes import duration, non_negative_int, positive_int, positive_seconds, seed_range
 from qjm.bench import driver as bench
 from qjm.cli import AddCommand
 from qjm.demo import run_demo
 from qjm.testing.bugs import ProtocolBugs
-from qjm.testing.chaos import ChaosConfig, parse_duration, run_chaos
+from qjm.testing.chaos import ChaosConfig, run_chaos
 from qjm.testing.exhaustive import double_failure_sweep, explore, small_worlds
-from qjm.testing.faultsim import parse_range, run_faultsim
+from qjm.testing.faultsim import run_faultsim
 from qjm.testing.minicluster import MiniJournalCluster
 from qjm.testing.sim import DEFAULT_DEADLINE, STACK_HEADING, run_seed
 
@@ -96,7 +97,7 @@ def _sim_run(a: argparse.Namespace) -> int:
 def _faultsim(a: argparse.Namespace) -> int:
     """Many simulator seeds over Spark (or a local process pool without pyspark)."""
     rep = run_faultsim(
-        parse_range(a.seeds), master=a.master, steps=a.steps, bugs=ProtocolBugs.parse(a.bugs), batch=a.batch,
+        a.seeds, master=a.master, steps=a.steps, bugs=ProtocolBugs.parse(a.bugs), batch=a.batch,
         use_spark=False if a.local else None, processes=a.processes, deadline=a.deadline,
     )  # fmt: skip
     print(rep.summary())
@@ -106,7 +107,7 @@ def _faultsim(a: argparse.Namespace) -> int:
 def _chaos(a: argparse.Namespace) -> int:
     """Writer processes and JournalNodes killed and paused at random; verify every acknowledged txid."""
     cfg = ChaosConfig(
-        duration=parse_duration(a.duration), writers=a.writers, nodes=a.nodes, seed=a.seed, proxy=not a.no_proxy,
+        duration=a.duration, writers=a.writers, nodes=a.nodes, seed=a.seed, proxy=not a.no_proxy,
         base_dir=a.dir, tls=a.tls,
     )  # fmt: skip
     rep = run_chaos(cfg, out=sys.stderr)
@@ -114,19 +115,9 @@ def _chaos(a: argparse.Namespace) -> int:
     return 0 if rep.ok else 1
 
 
-def _positive_seconds(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not v > 0 or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds: {text!r}")
-    return v
-
-
 def _deadline_argument(s: argparse.ArgumentParser) -> None:
     s.add_argument(
-        "--deadline", type=_positive_seconds, default=DEFAULT_DEADLINE, metavar="SECONDS",
+        "--deadline", type=positive_seconds, default=DEFAULT_DEADLINE, metavar="SECONDS",
         help=f"wall-clock bound on one execution; a run past it is reported as a harness failure with "
         f"the stack it was stuck in (default {DEFAULT_DEADLINE:g})",
     )  # fmt: skip
@@ -137,13 +128,13 @@ def register(add: AddCommand) -> None:
     s = add("cluster", help="local clusters for trying qjm out")
     cs = s.add_subparsers(dest="cluster_cmd", required=True)
     up = cs.add_parser("up", help="run N local JournalNodes until Ctrl-C")
-    up.add_argument("--nodes", type=int, default=3, help="how many JournalNodes (default 3)")
+    up.add_argument("--nodes", type=positive_int, default=3, help="how many JournalNodes (default 3)")
     up.add_argument("--dir", default=None, help="keep the nodes' data here (default: a temporary directory)")
     up.add_argument("--journal", default="demo", help="journal id of the URI printed (default demo)")
     up.set_defaults(fn=_cluster_up)
 
     s = add("demo", help="3 nodes, a writer, a node killed, a failover, everything read back")
-    s.add_argument("--records", type=int, default=2000, help="records the demo writes (default 2000)")
+    s.add_argument("--records", type=positive_int, default=2000, help="records the demo writes (default 2000)")
     s.set_defaults(fn=_demo)
 
     s = add("bench", help="latency/throughput against the disk's floor")
@@ -153,29 +144,33 @@ def register(add: AddCommand) -> None:
     s = add("sim", help="deterministic fault simulation: replay a seed, sweep double failures, search")
     s.add_argument("--seed", type=int, default=None, help="the seed to run")
     s.add_argument("--trace", action="store_true", help="print every call, fault and check of the run")
-    s.add_argument("--steps", type=int, default=400, help="scheduler steps before the final recovery")
+    s.add_argument("--steps", type=non_negative_int, default=400, help="scheduler steps before the final recovery")
     s.add_argument("--bugs", default="", help="test-only protocol bugs to switch on (comma separated)")
     s.add_argument("--sweep", action="store_true", help="the double-failure sweep (Hadoop TestQJMWithFaults)")
     s.add_argument("--explore", action="store_true", help="search every execution of the small worlds")
-    s.add_argument("--time-limit", type=float, default=120.0, help="seconds per world for --explore")
+    s.add_argument("--time-limit", type=positive_seconds, default=120.0, help="seconds per world for --explore")
     _deadline_argument(s)
     s.set_defaults(fn=_sim)
 
     s = add("faultsim", help="run many simulator seeds on Spark (any master) or a local pool")
-    s.add_argument("--seeds", default="0:10000", help="the seeds to run, lo:hi (default 0:10000)")
+    s.add_argument(
+        "--seeds", type=seed_range, default=range(0, 10000), help="the seeds to run, lo:hi (default 0:10000)"
+    )
     s.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
-    s.add_argument("--steps", type=int, default=400, help="scheduler steps before each run's final recovery")
+    s.add_argument(
+        "--steps", type=non_negative_int, default=400, help="scheduler steps before each run's final recovery"
+    )
     s.add_argument("--bugs", default="", help="test-only protocol bugs to switch on (comma separated)")
-    s.add_argument("--batch", type=int, default=None, help="seeds per Spark job (progress is printed per job)")
+    s.add_argument("--batch", type=positive_int, default=None, help="seeds per Spark job (progress is printed per job)")
     s.add_argument("--local", action="store_true", help="use a local process pool even if pyspark imports")
-    s.add_argument("--processes", type=int, default=None, help="size of the local pool (default: every core)")
+    s.add_argument("--processes", type=positive_int, default=None, help="size of the local pool (default: every core)")
     _deadline_argument(s)
     s.set_defaults(fn=_faultsim)
 
     s = add("chaos", help="process-level chaos: writers and nodes SIGKILLed/SIGSTOPped, then verified")
-    s.add_argument("--duration", default="60s", help="e.g. 60s, 10m")
-    s.add_argument("--writers", type=int, default=3, help="writer processes taking turns (default 3)")
-    s.add_argument("--nodes", type=int, default=3, help="JournalNodes (default 3)")
+    s.add_argument("--duration", type=duration, default=60.0, help="e.g. 90, 60s, 10m, 1h (default 60s)")
+    s.add_argument("--writers", type=positive_int, default=3, help="writer processes taking turns (default 3)")
+    s.add_argument("--nodes", type=positive_int, default=3, help="JournalNodes (default 3)")
     s.add_argument("--seed", type=int, default=None, help="seed of the fault schedule (default: random)")
     s.add_argument("--dir", default=None, help="keep the cluster and logs here")
     s.add_argument("--no-proxy", action="store_true", help="no TCP proxy in front of the nodes")

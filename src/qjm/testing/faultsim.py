@@ -26,7 +26,7 @@ from typing import Any, TextIO
 from qjm.testing.bugs import ProtocolBugs
 from qjm.testing.sim.deadline import DEFAULT_DEADLINE, HARNESS_FAILURE
 
-__all__ = ["FaultsimReport", "parse_range", "replay_command", "run_faultsim"]
+__all__ = ["FaultsimReport", "replay_command", "run_faultsim"]
 
 
 def replay_command(seed: int, *, steps: int, bugs: ProtocolBugs | None) -> str:
@@ -79,15 +79,6 @@ class FaultsimReport:
             lines.append(f"\nFAILING SEED {seed}: {violation}\n  replay: {replay}")
             lines.extend("  " + t for t in trace)
         return "\n".join(lines)
-
-
-def parse_range(text: str) -> range:
-    """``"0:100000"`` → range(0, 100000); ``"5"`` → range(5, 6)."""
-    if ":" in text:
-        lo, hi = text.split(":", 1)
-        return range(int(lo or 0), int(hi))
-    n = int(text)
-    return range(n, n + 1)
 
 
 def _quiet_logs() -> None:
