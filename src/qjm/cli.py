@@ -128,6 +128,8 @@ def node_limits(given: Mapping[str, Any]) -> NodeLimits:
 
 def _check_data_dir(path: str) -> None:
     """Refuse a data directory the node could not write, at start rather than at the first write."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise StorageError(f"cannot use data directory {path}: it exists and is not a directory")
     try:
         os.makedirs(path, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path, prefix=".qjm-probe-"):

@@ -242,6 +242,8 @@ def test_user_errors_get_no_traceback(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     r = qjm_cmd("journalnode", "--data-dir", str(tmp_path / "file" / "sub"))
     assert_clean_error(r, "cannot use data directory", "Not a directory")
+    r = qjm_cmd("journalnode", "--data-dir", str(tmp_path / "file"))
+    assert_clean_error(r, "cannot use data directory", "it exists and is not a directory")
     r = qjm_cmd("cluster", "up", "--dir", str(tmp_path / "file" / "sub"))
     assert_clean_error(r, "Not a directory", str(tmp_path / "file"))
     r = qjm_cmd("status", "qjournal://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3/j")
