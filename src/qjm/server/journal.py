@@ -1141,6 +1141,17 @@ class Journal:
             open_segment_txid=seg.start if seg is not None else 0,
         )
 
+    def memory_key(self) -> tuple[object, ...]:
+        """The in-memory state that decides what this journal does next and is not in its storage
+        (epochs, committed txid, last serial, highest written, the open segment's start and next
+        txid): with the storage's contents it identifies a node's state, as the simulator's
+        exhaustive search needs to prune states it has seen. No lock, like ``peek_state``."""
+        o = self._open
+        return (
+            self._promised, self._writer_epoch, self._committed, self._serial, self._highest_written,
+            None if o is None else (o.start, o.next_txid),
+        )  # fmt: skip
+
     def status(self) -> dict[str, object]:
         """A snapshot for ``qjm status``."""
         with self._lock:

@@ -172,6 +172,10 @@ class MemoryStorage:
     def has_data(self) -> bool:
         return self._ns is not None or bool(self._longs) or bool(self._files)
 
+    def durable_longs(self) -> dict[str, int]:
+        """The values of ``write_long`` a crash would keep (a copy)."""
+        return dict(self._durable_longs)
+
     def read_long(self, name: str) -> int | None:
         return self._longs.get(name)
 

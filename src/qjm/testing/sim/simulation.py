@@ -888,14 +888,9 @@ class Simulation:
             st = n.storage
             files = tuple((name, st.read_file(name), st.durable_size(name)) for name in st.file_names())
             longs = tuple(st.read_long(k) for k in (PROMISED, WRITER, COMMITTED))
-            durable = tuple(sorted(getattr(st, "_durable_longs", {}).items()))
+            durable = tuple(sorted(st.durable_longs().items()))
             paxos = tuple((p, st.read_paxos(p)) for p in st.list_paxos())
-            j = n.journal
-            jk = None
-            if j is not None:
-                o = j._open
-                jk = (j._promised, j._writer_epoch, j._committed, j._serial, j._highest_written,
-                      None if o is None else (o.start, o.next_txid))  # fmt: skip
+            jk = None if n.journal is None else n.journal.memory_key()
             nodes.append((files, longs, durable, paxos, jk))
         chans = tuple(t.channel_keys() for t in self.tasks)
         tasks = tuple(t.state_key() for t in self.tasks)
