@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -165,9 +166,26 @@ def config_from(options: dict[str, Any] | None = None) -> QJMConfig:
     kw: dict[str, Any] = {}
     for k, v in options.items():
         if k.endswith("_timeout") and k[: -len("_timeout")] in Timeouts.__dataclass_fields__:
-            tkw[k[: -len("_timeout")]] = float(v)
+            tkw[k[: -len("_timeout")]] = _typed(k, v, 1.0)
         elif k in QJMConfig.__dataclass_fields__ and k != "timeouts":
-            kw[k] = v
+            kw[k] = v if k == "tls" else _typed(k, v, getattr(cfg, k))
         else:
             raise ConfigError(f"unknown option {k!r}")
     return replace(cfg, timeouts=replace(cfg.timeouts, **tkw), **kw).validate()
+
+
+def _typed(name: str, v: object, default: object) -> Any:
+    """``v`` as the type of the option's default, or a ConfigError naming the option: a string or
+    a bool where a number belongs, or a number that is not finite, would otherwise fail later and
+    far from the caller (``'<=' not supported``), or pass the range checks (NaN compares false)."""
+    if isinstance(default, int) and not isinstance(default, bool):
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+        raise ConfigError(f"option {name!r}: expected an integer, got {v!r}")
+    if isinstance(default, float):
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+            return float(v)
+        raise ConfigError(f"option {name!r}: expected a finite number, got {v!r}")
+    if isinstance(default, str) and not isinstance(v, str):
+        raise ConfigError(f"option {name!r}: expected a string, got {v!r}")
+    return v

@@ -57,6 +57,30 @@ def test_config_from_options() -> None:
             config_from({name: -1})
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "expected"),
+    [
+        ("batch_bytes", "x", "expected an integer"),
+        ("batch_bytes", 1.5, "expected an integer"),
+        ("batch_bytes", True, "expected an integer"),
+        ("batch_delay", "0.01", "expected a finite number"),
+        ("batch_delay", float("nan"), "expected a finite number"),
+        ("roll_interval", float("inf"), "expected a finite number"),
+        ("write_txns_timeout", "5", "expected a finite number"),
+        ("write_txns_timeout", float("nan"), "expected a finite number"),
+        ("cluster_id", 7, "expected a string"),
+    ],
+)
+def test_an_option_of_the_wrong_type_names_itself(option: str, value: object, expected: str) -> None:
+    with pytest.raises(ConfigError, match=f"option '{option}': {expected}"):
+        config_from({option: value})
+
+
+def test_an_integer_is_a_number_of_seconds() -> None:
+    cfg = config_from({"batch_delay": 0, "write_txns_timeout": 5})
+    assert type(cfg.batch_delay) is float and type(cfg.timeouts.write_txns) is float
+
+
 def test_config_from_hadoop_xml(tmp_path: Path) -> None:
     p = tmp_path / "hdfs-site.xml"
     p.write_text(
