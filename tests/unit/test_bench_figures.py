@@ -337,6 +337,23 @@ def test_plot_without_matplotlib_fails_before_the_run(
     assert err.count("\n") == 1 and err.startswith("qjm bench: --plot needs matplotlib")
 
 
+@pytest.mark.parametrize("where", ["missing/out.png", "."])
+def test_plot_must_be_a_file_it_can_write(
+    where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(driver.importlib.util, "find_spec", lambda n, *a: object())  # as if matplotlib were there
+
+    def no_run(**_: Any) -> dict[str, Any]:
+        raise AssertionError("the run started")
+
+    monkeypatch.setattr(driver, "run", no_run)
+    args = argparse.Namespace(smoke=True, json=False, plot=where, peers=False, dir=None)
+    assert driver.run_from(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"qjm bench: --plot {where}: ")
+
+
 def test_dir_must_be_a_writable_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = argparse.Namespace(smoke=True, json=False, plot=None, peers=False, dir=str(tmp_path / "missing"))
     assert driver.run_from(args) == 2

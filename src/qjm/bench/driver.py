@@ -43,9 +43,16 @@ class BenchUsageError(ValueError):
 
 
 def check_options(plot: str | None, directory: str | None) -> None:
-    """Refuse, before the run, what would fail after it: ``--plot`` without matplotlib, a bad ``--dir``."""
+    """Refuse, before the run, what would fail after it: ``--plot`` without matplotlib or where no
+    file can be written, a bad ``--dir``."""
     if plot and importlib.util.find_spec("matplotlib") is None:
         raise BenchUsageError("--plot needs matplotlib: pip install 'qjm[bench]' (or run without --plot)")
+    if plot:
+        parent = os.path.dirname(os.path.abspath(plot))
+        if os.path.isdir(plot):
+            raise BenchUsageError(f"--plot {plot}: a directory, give the PNG file to write")
+        if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
+            raise BenchUsageError(f"--plot {plot}: cannot write a file in {parent}")
     if directory is not None and not os.path.isdir(directory):
         raise BenchUsageError(f"--dir {directory}: not a directory")
     if directory is not None and not os.access(directory, os.W_OK | os.X_OK):
