@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 
 import pytest
 
@@ -22,3 +24,13 @@ def test_faultsim_on_spark_local2_runs_every_seed_without_violations() -> None:
     progress = out.getvalue()
     assert "1000/2000 seeds" in progress and "2000/2000 seeds" in progress
     assert rep.stats["recoveries"] > 2000
+
+
+def test_a_master_spark_refuses_is_one_clear_line() -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "qjm", "faultsim", "--seeds", "0:2", "--master", "bogus://x"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 1
+    assert "qjm faultsim: ConfigError: Spark did not start with master 'bogus://x'" in r.stderr
+    assert "--local" in r.stderr and "Traceback" not in r.stderr

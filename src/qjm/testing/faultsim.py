@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from qjm.errors import ConfigError
 from qjm.testing.bugs import ProtocolBugs
 from qjm.testing.sim.deadline import DEFAULT_DEADLINE, HARNESS_FAILURE
 
@@ -187,7 +188,13 @@ def run_faultsim(
     report = FaultsimReport(steps=steps, bugs=bugs)
     t0 = time.perf_counter()
     if use_spark:
-        spark = _spark_session(master)
+        try:
+            spark = _spark_session(master)
+        except Exception as e:  # a bad master URL, no Java: the JVM's own lines above say more
+            raise ConfigError(
+                f"Spark did not start with master {master!r}: {type(e).__name__}: {str(e).splitlines()[0]} "
+                "(use --local for a process pool instead)"
+            ) from e
         try:
             sc = spark.sparkContext
             report.cores = int(sc.defaultParallelism)
