@@ -82,7 +82,8 @@ def execution_deadline(seconds: float | None) -> Iterator[None]:
             live = False
         finally:  # even when the alarm struck just before: the caller's handler and alarm come back
             signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, outer_handler)
+            # None: the caller's handler was set outside Python and cannot be put back from here
+            signal.signal(signal.SIGALRM, outer_handler if outer_handler is not None else signal.SIG_DFL)
             if outer_delay:
                 left = max(outer_delay - (time.monotonic() - start), 1e-3)
                 signal.setitimer(signal.ITIMER_REAL, left, outer_interval)
