@@ -136,6 +136,8 @@ class QJMConfig:
         return replace(self, timeouts=replace(self.timeouts, **kw))
 
     def validate(self) -> QJMConfig:
+        if self.tls is not None and not isinstance(self.tls, TlsConfig):
+            raise TypeError(f"tls: expected a TlsConfig (qjm.security.tls), got {type(self.tls).__name__}")
         if self.batch_bytes <= 0 or self.batch_delay < 0 or self.max_inflight_batches < 1:
             raise ConfigError("batch_bytes must be > 0, batch_delay >= 0 and max_inflight_batches >= 1")
         if self.queued_edits_limit_bytes < 0:
@@ -157,9 +159,20 @@ class QJMConfig:
         return self
 
 
-def config_from(options: dict[str, Any] | None = None) -> QJMConfig:
-    """Build a config from flat keyword options (``write_txns_timeout=5`` sets a timeout)."""
-    cfg = QJMConfig()
+def as_config(config: object) -> QJMConfig:
+    """``config``, or the defaults for None; a TypeError naming what was passed in its place (a dict
+    of options belongs in ``config_from`` or in the keywords of ``open_writer``)."""
+    if config is None:
+        return QJMConfig()
+    if not isinstance(config, QJMConfig):
+        raise TypeError(f"config: expected a QJMConfig (qjm.config), got {type(config).__name__}")
+    return config
+
+
+def config_from(options: dict[str, Any] | None = None, base: QJMConfig | None = None) -> QJMConfig:
+    """Build a config from flat keyword options (``write_txns_timeout=5`` sets a timeout), over
+    ``base`` (default: the defaults)."""
+    cfg = base if base is not None else QJMConfig()
     if not options:
         return cfg
     tkw: dict[str, float] = {}

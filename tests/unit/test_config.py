@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import qjm
 from qjm.config import (
     DEFAULT_RPC_PORT,
     QJMConfig,
+    as_config,
     config_from,
     parse_uri,
     validate_journal_id,
 )
 from qjm.errors import ConfigError, JournalIdError
 from qjm.settings import config_from_hadoop_xml
+
+URI = "qjournal://127.0.0.1:1/j"  # nothing listens there: a call that got past its checks would fail to connect
 
 
 def test_parse_uri() -> None:
@@ -103,3 +108,30 @@ def test_config_from_hadoop_xml(tmp_path: Path) -> None:
         config_from_hadoop_xml(str(p))
     with pytest.raises(ConfigError):
         config_from_hadoop_xml(str(tmp_path / "missing.xml"))
+
+
+@pytest.mark.parametrize(
+    ("call", "needle"),
+    [
+        (lambda: qjm.open_writer(None), "uri: expected a qjournal:// URI string, got NoneType"),  # type: ignore[arg-type]
+        (lambda: qjm.open_reader(123), "uri: expected a qjournal:// URI string, got int"),  # type: ignore[arg-type]
+        (lambda: qjm.open_writer(URI, config={"batch_bytes": 1}), "config: expected a QJMConfig, got dict"),  # type: ignore[arg-type]
+        (lambda: qjm.open_reader(URI, config={"batch_bytes": 1}), "config: expected a QJMConfig, got dict"),  # type: ignore[arg-type]
+        (lambda: qjm.open_writer(URI, tls=("ca", "cert", "key")), "tls: expected a TlsConfig"),  # type: ignore[arg-type]
+        (lambda: qjm.open_reader(URI, tls=("ca", "cert", "key")), "tls: expected a TlsConfig"),  # type: ignore[arg-type]
+        (lambda: qjm.open_reader(URI, from_txid="5"), "from_txid: expected an integer txid, got str"),  # type: ignore[arg-type]
+        (lambda: qjm.open_reader(URI, from_txid=1.0), "from_txid: expected an integer txid, got float"),  # type: ignore[arg-type]
+    ],
+)
+def test_a_wrong_type_at_the_api_is_a_type_error_naming_the_argument(call: Any, needle: str) -> None:
+    """Refused before any connection (the URI's node does not exist), naming the argument."""
+    with pytest.raises(TypeError) as e:
+        call()
+    assert needle in str(e.value).replace(" (qjm.config)", "")
+
+
+def test_keyword_options_apply_over_a_given_config() -> None:
+    base = QJMConfig(batch_bytes=4096, lag_wait=0.25)
+    cfg = config_from({"batch_bytes": 1024, "write_txns_timeout": 7}, base=base)
+    assert (cfg.batch_bytes, cfg.lag_wait, cfg.timeouts.write_txns) == (1024, 0.25, 7.0)
+    assert as_config(None) == QJMConfig() and as_config(base) is base

@@ -18,7 +18,7 @@ from qjm.client.recovery import check_no_committed_loss, choose_recovery_source,
 from qjm.client.remote import open_loggers
 from qjm.client.retention import PurgeRequest, check_bound, requested_bound
 from qjm.client.shared import EPOCH_HINTS, EpochHints
-from qjm.config import JournalURI, QJMConfig, parse_uri
+from qjm.config import JournalURI, QJMConfig, as_config, parse_uri
 from qjm.errors import EpochError, NodeUnavailableError, NotFormattedError, PurgeRefusedError, QJMError, QuorumError
 from qjm.protocol.messages import (
     NO_TXID,
@@ -68,8 +68,13 @@ class QuorumJournalManager:
         namespace: NamespaceInfo | None = None,
         epoch_hints: EpochHints | None = None,
     ) -> None:
-        self.uri = parse_uri(uri) if isinstance(uri, str) else uri
-        self.config = (config or QJMConfig()).validate()
+        if isinstance(uri, str):
+            self.uri = parse_uri(uri)
+        elif isinstance(uri, JournalURI):
+            self.uri = uri
+        else:
+            raise TypeError(f"uri: expected a qjournal:// URI string, got {type(uri).__name__}")
+        self.config = as_config(config).validate()
         self.life = WriterLife()
         self.loggers = open_loggers(self.uri, self.config, hooks, self.life) if loggers is None else LoggerSet(loggers)
         self.namespace = namespace or NamespaceInfo(self.config.namespace_id, self.config.cluster_id)

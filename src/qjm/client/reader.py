@@ -10,6 +10,7 @@ hold (reference §4.3): the quorum-th highest count among replies from the newes
 from __future__ import annotations
 
 import logging
+import operator
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
@@ -20,7 +21,7 @@ from qjm.client.manager import QuorumJournalManager
 from qjm.client.record_batch import RecordBatch
 from qjm.client.replicas import ReplicaReader, finalized_segments
 from qjm.client.segment_stream import committed_in_progress
-from qjm.config import QJMConfig
+from qjm.config import QJMConfig, as_config
 from qjm.errors import CorruptFrameError, NotFoundError, QJMError
 from qjm.protocol.frame import FrameHeader
 from qjm.security.tls import TlsConfig
@@ -41,6 +42,10 @@ class Reader:
         include_in_progress: bool = False,
         max_txns_per_poll: int = 5000,
     ) -> None:
+        try:
+            from_txid = operator.index(from_txid)  # numpy's integers too
+        except TypeError:
+            raise TypeError(f"from_txid: expected an integer txid, got {type(from_txid).__name__}") from None
         if from_txid < 1:
             raise ValueError("txids start at 1")
         self.qjm = qjm
@@ -184,5 +189,5 @@ def open_reader(
     """A reader of ``uri`` from ``from_txid``; needs no epoch, so it never disturbs the writer.
     ``tls`` connects with mutual TLS (it replaces ``config.tls``)."""
     if tls is not None:
-        config = replace(config or QJMConfig(), tls=tls)
+        config = replace(as_config(config), tls=tls)
     return Reader(QuorumJournalManager(uri, config=config), from_txid, include_in_progress=include_in_progress)

@@ -25,7 +25,7 @@ from qjm.client.manager import QuorumJournalManager
 from qjm.client.quorum import BatchCall, QuorumCall
 from qjm.client.retention import PurgeRequest, purge_limit, requested_bound
 from qjm.client.writer_stats import AckTimer, WriterStats, probe_for
-from qjm.config import QJMConfig, config_from
+from qjm.config import QJMConfig, as_config, config_from
 from qjm.errors import EpochError, FencedError, NotFormattedError, QJMError, QuorumError
 from qjm.histogram import Histogram
 from qjm.protocol import wire
@@ -540,9 +540,9 @@ def open_writer(
 
     ``create=True`` formats the journal when no node has it yet. ``tls`` connects with mutual TLS
     (it replaces ``config.tls``). Extra keyword options set ``QJMConfig`` fields
-    (``batch_bytes=...``) or timeouts (``write_txns_timeout=5``).
+    (``batch_bytes=...``) or timeouts (``write_txns_timeout=5``), over ``config`` when both are given.
     """
-    cfg = config or config_from(dict(options))
+    cfg = config_from(dict(options), base=as_config(config))
     if tls is not None:
         cfg = replace(cfg, tls=tls)
     rng = random.Random()
