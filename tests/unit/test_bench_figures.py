@@ -115,14 +115,14 @@ def _processes_naming(text: str) -> list[int]:
 
 
 def test_the_control_floor_runs_the_takeover_rounds_on_three_real_servers(tmp_path: Path) -> None:
-    """Both kinds of cold takeover are measured; the takeovers with disk work reach every node's
-    disk, the slowest node's included (segments finalized and started in order); no server outlives
-    the measurement."""
+    """The three kinds of cold takeover are measured; the takeovers with disk work, over gRPC and
+    over sockets alike, reach every node's disk, the slowest node's included (segments finalized
+    and started in order); no server outlives the measurement."""
     c = control_floor.run_control_floor(str(tmp_path), smoke=True)
     counted = int(workload.SMOKE["cold_failovers"])
-    for key in ("cold_p50_ms", "cold_nodisk_p50_ms"):
+    for key in ("cold_p50_ms", "cold_nodisk_p50_ms", "cold_socket_p50_ms"):
         assert c[key] > 0 and len(c["spread"][key]["runs"]) == counted
-    takeovers = control_floor.WARMUP + counted
+    takeovers = 2 * (control_floor.WARMUP + counted)  # one over gRPC and one over sockets a repetition
     for i in range(3):
         names = set(os.listdir(tmp_path / f"control-{i}"))
         assert {f"seg-{k}.done" for k in range(takeovers)} <= names and f"seg-{takeovers}" in names, names
@@ -130,12 +130,15 @@ def test_the_control_floor_runs_the_takeover_rounds_on_three_real_servers(tmp_pa
 
 
 def test_a_control_floor_round_that_fails_fails_the_run(tmp_path: Path) -> None:
-    """A node whose disk work fails (its segment to finalize is gone) is a clear error, not a figure."""
-    proc, port = control_floor.start_server(str(tmp_path / "n0"))
+    """A node whose disk work fails (its segment to finalize is gone) is a clear error, not a
+    figure, over either transport."""
+    proc, port, sport = control_floor.start_server(str(tmp_path / "n0"))
     try:
         os.remove(tmp_path / "n0" / "seg-0")
         with pytest.raises(RuntimeError, match="round F"):
             control_floor.cold_run(0, True, [port, port, port])
+        with pytest.raises(RuntimeError, match="round F: error FileNotFoundError"):
+            control_floor.cold_run(0, True, [sport, sport, sport], over_sockets=True)
     finally:
         proc.kill()
         proc.communicate()
@@ -183,6 +186,13 @@ def test_the_failover_note_sets_the_cold_takeover_beside_the_grpc_and_disk_floor
     assert "16.00 (14.00-18.00) ms with the node's disk work in each round" in note
     assert "10.50 ms without it; the disk work alone 2.00 (2.00-2.00) ms" in note
     assert "qjm native = 1.25x the gRPC floor (that floor is above the goal" in note
+    assert "sockets" not in note  # a result without the socket floor (older JSON) says nothing of it
+    sockets = report.failover_floor_note(grpc | iqr_of("cold_socket_p50_ms", [4.0, 5.0, 6.0]),
+                                         {"native": native, "floor": disk})  # fmt: skip
+    assert "10.50 ms without it; the same rounds and disk work over plain TCP sockets, 5.00 (4.00-6.00) ms" in sockets
+    assert "cannot meet it on this machine; one whose rounds travel outside gRPC can)" in sockets
+    slow = report.failover_floor_note(grpc | {"cold_socket_p50_ms": 12.0}, {"native": native, "floor": disk})
+    assert "sockets, 12.00 ms" in slow and "outside gRPC can" not in slow
     fast = report.failover_floor_note(
         grpc | {"cold_p50_ms": 8.0}, {"native": native | {"failover_cold_p50_ms": 9.0}, "floor": disk}
     )

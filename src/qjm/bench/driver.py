@@ -69,7 +69,8 @@ def estimate_seconds(smoke: bool, peers: bool, tls: bool = False) -> float:
     tput = len(RECORD_SIZES) * phases * cfg["seconds"]
     floor = 1 + tput + 2 * cfg["seconds"] + phases * cfg["rounds"] * 3e-4 + cfg["failovers"] * 0.05
     c_floors = 1 + int(cfg["phases"]) * 2 * (cfg["rounds"] + 200) * 3e-4
-    control_floor = 1 + 2 * (cfg["cold_failovers"] + 1) * 0.4  # cold takeovers, with disk work and without
+    # cold takeovers: over gRPC with disk work and without, over sockets with it
+    control_floor = 1 + 3 * (cfg["cold_failovers"] + 1) * 0.4
     # a worker: cluster, latency, tail staleness and reading, throughput, failovers in its process
     worker = 3 + tput + phases * cfg["rounds"] * 4e-4 + cfg["failovers"] * 0.1
     qjm = worker + 2 * cfg["cold_failovers"] * 0.6  # standby and cold takeovers, a process each
@@ -127,7 +128,8 @@ def run(
       the goal lies inside it);
     - ``control_floor`` (absent when it failed: see ``failed_phases``): ``cold_p50_ms`` and
       ``cold_nodisk_p50_ms``, a cold process's takeover rounds over bare gRPC to three servers
-      doing the node's disk work in each round, or none (``qjm.bench.control_floor``), medians of
+      doing the node's disk work in each round, or none, and ``cold_socket_p50_ms``, the same rounds
+      with the disk work over plain TCP sockets (``qjm.bench.control_floor``), medians of
       ``cold_failovers`` runs, and their ``spread``;
     - with ``peers``: ``peers``: per peer the same figures, plus ``batch{size}_rps``/``_mbps`` of its
       batching client, ``durable``, ``version``, ``how``, ``how_batched``; and ``peer_goals``:
