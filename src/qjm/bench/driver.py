@@ -161,7 +161,10 @@ def run(
         }
         progress(f"C floors ({time.monotonic() - t0:.0f} s so far)", False)
         c_floors = run_c_floors(base, smoke)
-        progress(f"control floor: the takeover's rounds over bare gRPC ({time.monotonic() - t0:.0f} s so far)", False)
+        progress(
+            f"control floor: a takeover's rounds over bare gRPC and sockets ({time.monotonic() - t0:.0f} s so far)",
+            False,
+        )
         control_floor = None
         try:
             control_floor = run_control_floor(os.path.join(base, "control"), smoke)
