@@ -596,6 +596,7 @@ def plot_result(result: dict[str, Any], path: str) -> list[str]:
     who = [("floor (disk work)", result["summary"]["floor"]), ("qjm native", result["summary"]["native"]),
            ("qjm pure", result["summary"]["pure"])]  # fmt: skip
     width = 0.8 / len(who)
+    tallest = goals.FAILOVER_COLD_MS
     for j, (name, v) in enumerate(who):
         vals = [v[k] for k, _ in kinds]
         sp = [v["spread"][k] for k, _ in kinds]
@@ -603,8 +604,10 @@ def plot_result(result: dict[str, Any], path: str) -> list[str]:
             [x - s["q1"] for x, s in zip(vals, sp, strict=True)],
             [s["q3"] - x for x, s in zip(vals, sp, strict=True)],
         ]
+        tallest = max(tallest, *(s["q3"] for s in sp), *vals)
         offset = (j - (len(who) - 1) / 2) * width
         ax3.bar([i + offset for i in range(len(kinds))], vals, width, yerr=err, capsize=2, label=name)
+    ax3.set_ylim(0, tallest * 1.6)  # headroom: the legend sits above the bars, not over them
     ax3.axhline(goals.FAILOVER_COLD_MS, color="grey", linestyle="--", label=f"goal {goals.FAILOVER_COLD_MS:.0f} ms")
     if "control_floor" in result:  # over the cold process's bars only: the floor of that takeover
         cold = [k for k, _ in kinds].index("failover_cold_p50_ms")
@@ -616,7 +619,7 @@ def plot_result(result: dict[str, Any], path: str) -> list[str]:
     ax3.set_xticks(range(len(kinds)), [label for _, label in kinds])
     ax3.set_ylabel("fence + recover + first commit (ms)")
     ax3.set_title("failover: median, whiskers the interquartile range")
-    ax3.legend(fontsize=8)
+    ax3.legend(fontsize=7, ncol=2, loc="upper left")
     ax3.grid(True, axis="y", alpha=0.3)
 
     n = result["summary"]["native"]
