@@ -161,7 +161,7 @@ def _format(a: argparse.Namespace) -> int:
 def _status(a: argparse.Namespace) -> int:
     uri, config = _client(a)
     with QuorumJournalManager(uri, config=config) as m:
-        asked = [(lg.name, lg.status()) for lg in m.loggers.loggers]  # type: ignore[attr-defined]
+        asked = [(lg.name, lg.status()) for lg in m.loggers.loggers]
         rows: list[dict[str, object]] = []
         for name, fut in asked:  # all asked at once: a dead node costs one connect timeout, not one each
             try:
@@ -178,6 +178,25 @@ def _status(a: argparse.Namespace) -> int:
     if report.state == "not-formatted":
         print(f"run: qjm format {shlex.quote(uri)}")
     return report.exit_code
+
+
+def _rejoin(a: argparse.Namespace) -> int:
+    try:
+        uri, config = _client(a)
+        with QuorumJournalManager(uri, config=config) as m:
+            plan = m.rejoin_node(a.node)
+    except ConfigError as e:
+        print(f"qjm rejoin: {e}", file=sys.stderr)
+        return 2
+    ns = plan.namespace
+    print(
+        f"node {plan.node} holds journal {m.journal_id} again: formatted in namespace {ns.namespace_id}/"
+        f"{ns.cluster_id} with promised epoch {plan.promised_epoch}, from {', '.join(plan.peers)}.\n"
+        "It holds no segment yet. It takes the writer's segments from its next roll on, and copies the "
+        "finalized segments it lacks from its peers if it runs with --peers (qjm status shows how far it is). "
+        "Until then the records it lost are on fewer nodes: roll the writer soon."
+    )
+    return 0
 
 
 def _purge_request(a: argparse.Namespace) -> PurgeRequest:
@@ -374,6 +393,19 @@ def register(add: AddCommand) -> None:
     _add_uri_arg(s)
     s.add_argument("--json", action="store_true", help="print the state and each node's answer as JSON")
     s.set_defaults(fn=_status)
+
+    s = add(
+        "rejoin", help="bring back a node that lost its disk: format it from its peers",
+        description="Format the journal on one node whose copy of it is gone (a replaced disk, a wiped data "
+        "directory), with the namespace of the other nodes and the highest epoch they promised, so that it "
+        "refuses every writer they have fenced. The writer is not fenced; the node takes the writer's next "
+        "segment, and with --peers copies the finalized segments it lacks. Refused, with nothing changed, "
+        "when the node still holds the journal or fewer than a majority of the cluster's size among the "
+        "other nodes answer. Exit code: 0 done, 1 refused, 2 bad arguments.",
+    )  # fmt: skip
+    _add_uri_arg(s)
+    s.add_argument("--node", required=True, metavar="HOST:PORT", help="the node to bring back, as the URI names it")
+    s.set_defaults(fn=_rejoin)
 
     s = add("tail", help="print committed records")
     _add_uri_arg(s)

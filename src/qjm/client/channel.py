@@ -205,9 +205,13 @@ class RemoteLogger(NodeStateView[Ticket]):
             writer=False,
         )
 
-    def format(self, ns: NamespaceInfo, force: bool) -> Future[None]:
+    def format(self, ns: NamespaceInfo, force: bool, promised_epoch: int = 0) -> Future[None]:
+        """Format the journal on this node; ``promised_epoch`` is the promise it starts with (a
+        node that rejoins, ``qjm.client.rejoin``)."""
         t = self.config.timeouts.operations
-        req = pb.FormatRequest(journal_id=self.journal_id, ns=convert.ns_to_pb(ns), force=force)
+        req = pb.FormatRequest(
+            journal_id=self.journal_id, ns=convert.ns_to_pb(ns), force=force, promised_epoch=promised_epoch
+        )
 
         def go() -> None:
             self._rpc("format", lambda: req, t)

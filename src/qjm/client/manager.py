@@ -15,6 +15,7 @@ from functools import partial
 from qjm.client.loggers import CallHooks, Logger, LoggerSet, WriterLife
 from qjm.client.quorum import BatchCall, QuorumCall
 from qjm.client.recovery import check_no_committed_loss, choose_recovery_source, in_sync_copy
+from qjm.client.rejoin import RejoinPlan, plan_rejoin
 from qjm.client.remote import open_loggers
 from qjm.client.retention import PurgeRequest, check_bound, requested_bound
 from qjm.client.shared import EPOCH_HINTS, EpochHints
@@ -319,6 +320,28 @@ class QuorumJournalManager:
             except Exception as e:  # each node's failure is reported, the others' purges stand
                 failed[name] = e
         return PurgeOutcome(bound, doomed, tuple(done), failed)
+
+    def rejoin_node(self, node: str) -> RejoinPlan:
+        """Format ``node``, which lost its copy of the journal, with its peers' namespace and
+        highest promise (design §4.5); the plan it followed. Fences nobody: the writer goes on,
+        and the node takes its segments from the writer's next one. Refused, with nothing
+        changed, as ``plan_rejoin`` says."""
+        asked = [(lg.name, lg.status()) for lg in self.loggers.loggers]  # all at once
+        answers: dict[str, Mapping[str, object] | BaseException] = {}
+        for name, fut in asked:
+            try:
+                answers[name] = fut.result(timeout=2 * self.config.timeouts.connect)
+            except Exception as e:  # each node's failure is the plan's to weigh
+                answers[name] = e
+        plan = plan_rejoin(self.journal_id, node, [lg.name for lg in self.loggers.loggers], answers)
+        self.loggers.by_name(node).format(plan.namespace, False, plan.promised_epoch).result(
+            timeout=self.config.timeouts.operations
+        )
+        log.info(
+            "journal %s: node %s rejoined with promised epoch %d (from %s)",
+            self.journal_id, node, plan.promised_epoch, ", ".join(plan.peers),
+        )  # fmt: skip
+        return plan
 
     def send_batch(self, frame: bytes, first_txid: int, last_txid: int) -> BatchCall:
         """Send one batch to every node; wait on the result for its quorum."""

@@ -47,14 +47,16 @@ class JournalIdRequest(_message.Message):
     def __init__(self, journal_id: _Optional[str] = ...) -> None: ...
 
 class FormatRequest(_message.Message):
-    __slots__ = ("journal_id", "ns", "force")
+    __slots__ = ("journal_id", "ns", "force", "promised_epoch")
     JOURNAL_ID_FIELD_NUMBER: _ClassVar[int]
     NS_FIELD_NUMBER: _ClassVar[int]
     FORCE_FIELD_NUMBER: _ClassVar[int]
+    PROMISED_EPOCH_FIELD_NUMBER: _ClassVar[int]
     journal_id: str
     ns: NamespaceInfoProto
     force: bool
-    def __init__(self, journal_id: _Optional[str] = ..., ns: _Optional[_Union[NamespaceInfoProto, _Mapping]] = ..., force: _Optional[bool] = ...) -> None: ...
+    promised_epoch: int
+    def __init__(self, journal_id: _Optional[str] = ..., ns: _Optional[_Union[NamespaceInfoProto, _Mapping]] = ..., force: _Optional[bool] = ..., promised_epoch: _Optional[int] = ...) -> None: ...
 
 class Empty(_message.Message):
     __slots__ = ()

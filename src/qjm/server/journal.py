@@ -17,6 +17,7 @@ from typing import Protocol
 from qjm._native import framing
 from qjm.errors import (
     AlreadyFormattedError,
+    ConfigError,
     CorruptFrameError,
     EpochError,
     FencedError,
@@ -344,19 +345,28 @@ class Journal:
 
     # -- format / state ----------------------------------------------------------------------
 
-    def format(self, ns: NamespaceInfo, force: bool = False) -> None:
+    def format(self, ns: NamespaceInfo, force: bool = False, promised_epoch: int = 0) -> None:
+        """Stamp the journal with ``ns``, empty.
+
+        ``promised_epoch``: the promise the node starts with, written before the stamp. A node that
+        lost its disk rejoins with the highest promise of its peers (``qjm.client.rejoin``): with
+        none it would take requests from a writer a majority has fenced (design §4.5).
+        """
         with self._lock:
             if ns.namespace_id == 0:
                 raise NamespaceMismatchError("cannot format with namespace id 0")
+            if promised_epoch < 0:
+                raise ConfigError(f"promised epoch must be >= 0, got {promised_epoch}")
             if not force and self.storage.has_data():
                 raise AlreadyFormattedError(
                     f"journal {self.journal_id} on this node already holds data ({self.storage.describe()}); "
                     "use force to wipe it"
                 )
             self._abort_open()
-            self.storage.format(ns)
+            self.storage.format(ns, {PROMISED: promised_epoch} if promised_epoch else None)
             self._ns = ns
-            self._promised = self._writer_epoch = 0
+            self._writer_epoch = 0
+            self._promised = promised_epoch
             self._committed = self._committed_before_epoch = self._committed_stored = NO_TXID
             self._serial = -1
             self._highest_written = 0
@@ -1158,6 +1168,7 @@ class Journal:
             return {
                 "journal_id": self.journal_id,
                 "formatted": self._ns is not None,
+                **_namespace_fields(self._ns),
                 "promised_epoch": self._promised,
                 "writer_epoch": self._writer_epoch,
                 "committed_txid": self._committed,
@@ -1187,6 +1198,14 @@ def _pick_frames(
         picked.append(f)
         size += f[3]
     return picked
+
+
+def _namespace_fields(ns: NamespaceInfo | None) -> dict[str, object]:
+    """The namespace a journal is stamped with, for ``status`` (a rejoining node is formatted with
+    its peers')."""
+    if ns is None:
+        return {}
+    return {"namespace_id": ns.namespace_id, "cluster_id": ns.cluster_id, "ctime": ns.ctime}
 
 
 def unformatted_status(journal_id: str) -> dict[str, object]:

@@ -166,7 +166,7 @@ class QJournalServicer(pbg.QJournalServicer):
 
     def Format(self, request: pb.FormatRequest, context: grpc.ServicerContext) -> pb.Empty:
         def go(j: Journal) -> pb.Empty:
-            j.format(convert.ns_from_pb(request.ns), request.force)
+            j.format(convert.ns_from_pb(request.ns), request.force, request.promised_epoch)
             return pb.Empty()
 
         return self._run(context, request.journal_id, ADMIN, go, create=True)

@@ -33,7 +33,7 @@ import functools
 import logging
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Concatenate, ParamSpec, Protocol, TypeVar
 
@@ -137,7 +137,10 @@ class JournalStorage(Protocol):
 
     def read_namespace(self) -> NamespaceInfo | None: ...
 
-    def format(self, ns: NamespaceInfo) -> None: ...
+    def format(self, ns: NamespaceInfo, longs: Mapping[str, int] | None = None) -> None:
+        """Wipe the journal and stamp ``ns``; ``longs`` are value files written durably before the
+        stamp, so a crash never leaves a formatted journal without them."""
+        ...
 
     def has_data(self) -> bool: ...
 
@@ -362,7 +365,7 @@ class DiskStorage:
         return any(n != "paxos" for n in os.listdir(self.current))
 
     @_changes_segments
-    def format(self, ns: NamespaceInfo) -> None:
+    def format(self, ns: NamespaceInfo, longs: Mapping[str, int] | None = None) -> None:
         self._close_small_files()
         for name in os.listdir(self.current):
             p = self._path(name)
@@ -372,6 +375,8 @@ class DiskStorage:
             else:
                 os.unlink(p)
         os.makedirs(self.paxos_dir, exist_ok=True)
+        for name, value in (longs or {}).items():
+            self.write_long(name, value)
         body = (
             f"namespaceID={ns.namespace_id}\nclusterID={ns.cluster_id}\ncTime={ns.ctime}\n"
             f"storageType=JOURNAL_NODE\nlayoutVersion=1\n"

@@ -19,7 +19,7 @@ Not thread-safe on its own: ``Journal`` serialises every call with its lock.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -160,13 +160,15 @@ class MemoryStorage:
     def read_namespace(self) -> NamespaceInfo | None:
         return self._ns
 
-    def format(self, ns: NamespaceInfo) -> None:
+    def format(self, ns: NamespaceInfo, longs: Mapping[str, int] | None = None) -> None:
         for app in list(self._appenders):
             app.close()
         self._longs.clear()
         self._durable_longs.clear()
         self._paxos.clear()
         self._files.clear()
+        for name, value in (longs or {}).items():
+            self.write_long(name, value)
         self._ns = ns
 
     def has_data(self) -> bool:
