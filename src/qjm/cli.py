@@ -177,6 +177,13 @@ def _status(a: argparse.Namespace) -> int:
     print(format_status_table(report))
     if report.state == "not-formatted":
         print(f"run: qjm format {shlex.quote(uri)}")
+    else:
+        for row in report.rows:
+            if row.get("state") == "not formatted":
+                print(
+                    f"node {row['node']} does not hold the journal; if its data directory was replaced, run: "
+                    f"qjm rejoin {shlex.quote(uri)} --node {row['node']}"
+                )
     return report.exit_code
 
 

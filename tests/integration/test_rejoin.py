@@ -64,6 +64,8 @@ def test_a_node_on_a_new_disk_rejoins_fenced_against_old_writers_and_catches_up(
         w2.roll()
         replace_disk(c, 2)
         assert node_status(c, 2)["formatted"] is False
+        hint = f"node {c.name(2)} does not hold the journal; if its data directory was replaced, run: qjm rejoin"
+        assert hint in run("status", c.uri).stdout
 
         r = run("rejoin", c.uri, "--node", c.name(2))
         assert r.returncode == 0, r.stderr
