@@ -199,9 +199,10 @@ def _rejoin(a: argparse.Namespace) -> int:
     print(
         f"node {plan.node} holds journal {m.journal_id} again: formatted in namespace {ns.namespace_id}/"
         f"{ns.cluster_id} with promised epoch {plan.promised_epoch}, from {', '.join(plan.peers)}.\n"
-        "It holds no segment yet. It takes the writer's segments from its next roll on, and copies the "
-        "finalized segments it lacks from its peers if it runs with --peers (qjm status shows how far it is). "
-        "Until then the records it lost are on fewer nodes: roll the writer soon."
+        "It holds no segment yet. It takes the writer's segments from its next roll on (until then it takes no "
+        "part in fencing or recovery), and copies the finalized segments it lacks from its peers if it runs "
+        "with --peers (qjm status shows how far it is). Until then the records it lost are on fewer nodes: "
+        "roll the writer soon."
     )
     return 0
 

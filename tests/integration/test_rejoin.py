@@ -14,7 +14,7 @@ import pytest
 
 import qjm
 from qjm.client.manager import QuorumJournalManager
-from qjm.errors import FencedError
+from qjm.errors import FencedError, QuorumError
 from qjm.testing.minicluster import MiniJournalCluster
 from qjm.testing.util import eventually
 
@@ -130,4 +130,25 @@ def test_rejoin_is_refused_and_changes_nothing_when_unsafe(tmp_path) -> None:  #
         c.start(1)
         r = run("rejoin", c.uri, "--node", c.name(2))
         assert r.returncode == 0, r.stderr
-        assert node_status(c, 2)["formatted"] is True
+        assert node_status(c, 2)["formatted"] is True and node_status(c, 2)["rejoined_without_segments"] is True
+
+        # Until a writer started a segment on it, node 2's "no such segment" is no evidence: with
+        # node 1 down, no new writer recovers the log from nodes 0 and 2.
+        c.stop(1)
+        with pytest.raises(QuorumError, match=r"rejoined journal .* after losing its disk"):
+            qjm.open_writer(c.uri)
+        c.start(1)
+        w = qjm.open_writer(c.uri)
+        w.append(b"y")
+        w.sync()
+        eventually(
+            lambda: node_status(c, 2)["rejoined_without_segments"] is False,
+            timeout=DEADLINE,
+            what="the writer's segment reached node 2",
+        )
+        w.close()
+        c.stop(1)
+        w = qjm.open_writer(c.uri)  # nodes 0 and 2 now recover it together
+        w.append(b"z")
+        w.sync()
+        w.close()

@@ -9,8 +9,15 @@ from pathlib import Path
 import pytest
 
 from qjm.client.rejoin import plan_rejoin
-from qjm.errors import AlreadyFormattedError, ConfigError, NamespaceMismatchError, NodeUnavailableError, QuorumError
-from qjm.protocol.messages import NamespaceInfo
+from qjm.errors import (
+    AlreadyFormattedError,
+    ConfigError,
+    NamespaceMismatchError,
+    NodeUnavailableError,
+    OutOfSyncError,
+    QuorumError,
+)
+from qjm.protocol.messages import NamespaceInfo, RequestInfo, SegmentState
 from qjm.server.journal import Journal
 from qjm.server.storage import DiskStorage
 from qjm.testing.memstore import MemoryStorage
@@ -94,3 +101,46 @@ def test_a_journal_formatted_with_a_promise_keeps_it_across_a_restart(kind: str,
     assert again.get_journal_state().last_promised_epoch == 5
     with pytest.raises(ConfigError, match="promised epoch must be >= 0"):
         Journal(MemoryStorage("k")).format(NamespaceInfo(7), promised_epoch=-1)
+
+
+@pytest.mark.parametrize("kind", ["memory", "disk"])
+def test_a_rejoined_journal_takes_no_part_in_recovery_until_a_writer_starts_a_segment_on_it(
+    kind: str, tmp_path: Path
+) -> None:
+    """Its "no such segment" would be no evidence (it lost its segments): new_epoch and both Paxos
+    phases are refused, across a restart, until a writer's start_log_segment reaches it."""
+    path = str(tmp_path / "n")
+    st = MemoryStorage("j") if kind == "memory" else DiskStorage(path, "j")
+    j = Journal(st)
+    j.format(NamespaceInfo(7), promised_epoch=5)
+    assert j.status()["rejoined_without_segments"] is True
+    req = RequestInfo("j", 6, 1)
+    for refused in (
+        lambda: j.new_epoch(NamespaceInfo(7), 6),
+        lambda: j.prepare_recovery(req, 1),
+        lambda: j.accept_recovery(req, SegmentState(1, 1, True, 5), "x"),
+    ):
+        with pytest.raises(OutOfSyncError, match="rejoined journal j after losing its disk"):
+            refused()
+    assert j.get_journal_state().last_promised_epoch == 5  # nothing promised by a refusal
+    if isinstance(st, DiskStorage):
+        st.close()
+        st = DiskStorage(path, "j")
+        j = Journal(st)
+    else:
+        j = Journal(st)
+    assert j.status()["rejoined_without_segments"] is True
+    j.start_log_segment(RequestInfo("j", 6, 2), 101)  # the writer's next segment (a higher epoch is adopted)
+    assert j.status()["rejoined_without_segments"] is False
+    if isinstance(st, DiskStorage):
+        j.close()
+        st.close()
+        j = Journal(DiskStorage(path, "j"))
+    else:
+        j = Journal(st)
+    assert j.status()["rejoined_without_segments"] is False
+    j.new_epoch(NamespaceInfo(7), 7)  # takes part again
+    assert j.get_journal_state().last_promised_epoch == 7
+    plain = Journal(MemoryStorage("k"))
+    plain.format(NamespaceInfo(7))
+    assert plain.status()["rejoined_without_segments"] is False

@@ -89,6 +89,7 @@ log = logging.getLogger("qjm.journal")
 PROMISED = "last-promised-epoch"
 WRITER = "last-writer-epoch"
 COMMITTED = "committed-txid"
+REJOINED = "rejoined"  # 1 from a rejoin (design §4.5) until this node's first segment after it
 
 COMMITTED_WRITE_INTERVAL = 0.1
 """Seconds between writes of the ``committed-txid`` file while the committed txid advances (design
@@ -202,6 +203,7 @@ class Journal:
         self._ns = storage.read_namespace()
         self._promised = storage.read_long(PROMISED) or 0
         self._writer_epoch = storage.read_long(WRITER) or 0
+        self._rejoined = bool(storage.read_long(REJOINED))
         self._committed = NO_TXID
         self._committed_stored = NO_TXID  # the value last written to the committed-txid file
         self._committed_stored_at = -COMMITTED_WRITE_INTERVAL  # ``clock`` time of that write
@@ -260,6 +262,16 @@ class Journal:
                 f"journal {self.journal_id} is not formatted on this node ({self.storage.describe()})"
             )
         return self._ns
+
+    def _refuse_while_rejoined(self, what: str) -> None:
+        """A node that rejoined after losing its disk holds none of the segments a recovery may
+        need: an answer "I have no such segment" from it is no evidence, so it takes no part in
+        fencing or recovery until a writer has started a segment on it (design §4.5)."""
+        if self._rejoined:
+            raise OutOfSyncError(
+                f"{what}: this node rejoined journal {self.journal_id} after losing its disk and holds none of its "
+                "segments yet; it takes part in fencing and recovery once a writer has started a segment on it"
+            )
 
     def _check_request(self, req: RequestInfo) -> None:
         """Epoch fencing on every mutating RPC (design §2.3); a newer epoch is adopted and persisted."""
@@ -363,10 +375,11 @@ class Journal:
                     "use force to wipe it"
                 )
             self._abort_open()
-            self.storage.format(ns, {PROMISED: promised_epoch} if promised_epoch else None)
+            self.storage.format(ns, {PROMISED: promised_epoch, REJOINED: 1} if promised_epoch else None)
             self._ns = ns
             self._writer_epoch = 0
             self._promised = promised_epoch
+            self._rejoined = promised_epoch > 0
             self._committed = self._committed_before_epoch = self._committed_stored = NO_TXID
             self._serial = -1
             self._highest_written = 0
@@ -400,6 +413,7 @@ class Journal:
         """Promise never to accept a lower epoch again (design §2.5 step 3)."""
         with self._lock:
             mine = self._check_formatted()
+            self._refuse_while_rejoined(f"new_epoch({epoch})")
             _check_epoch(epoch, self._promised)
             if (ns.namespace_id, ns.cluster_id) != (mine.namespace_id, mine.cluster_id):
                 raise NamespaceMismatchError(
@@ -460,6 +474,11 @@ class Journal:
             self.storage.delete_paxos(txid)
             appender = self.storage.create_segment(txid, framing.encode_segment_header(txid, req.epoch))
             self._open = _OpenSegment(txid, appender, txid, [])
+            if self._rejoined:
+                # A writer starts a segment only once a quorum finalized every one before it
+                # (invariant 6): from here on this node's answers in a recovery are evidence.
+                self.storage.write_long(REJOINED, 0)
+                self._rejoined = False
             self.stats.out_of_sync = False
             self._highest_written = max(self._highest_written, txid - 1)
             self._advanced.notify_all()
@@ -707,6 +726,7 @@ class Journal:
     def prepare_recovery(self, req: RequestInfo, segment: int) -> PrepareRecoveryResponse:
         """Paxos phase 1: report the segment as on disk, or the proposal accepted earlier."""
         with self._lock:
+            self._refuse_while_rejoined(f"prepare_recovery({segment})")
             self._check_request(req)
             self._abort_open()
             return self._prepare(segment)
@@ -730,6 +750,7 @@ class Journal:
     def accept_recovery(self, req: RequestInfo, state: SegmentState, source: str) -> None:
         """Paxos phase 2: make the chosen copy ours, then persist the decision (the commit point)."""
         with self._lock:
+            self._refuse_while_rejoined(f"accept_recovery({state})")
             self._check_request(req)
             self._abort_open()
             seg = state.start_txid
@@ -1154,12 +1175,13 @@ class Journal:
     def memory_key(self) -> tuple[object, ...]:
         """The in-memory state that decides what this journal does next and is not in its storage
         (epochs, committed txid, last serial, highest written, the open segment's start and next
-        txid): with the storage's contents it identifies a node's state, as the simulator's
-        exhaustive search needs to prune states it has seen. No lock, like ``peek_state``."""
+        txid, whether it rejoined without segments): with the storage's contents it identifies a
+        node's state, as the simulator's exhaustive search needs to prune states it has seen. No
+        lock, like ``peek_state``."""
         o = self._open
         return (
             self._promised, self._writer_epoch, self._committed, self._serial, self._highest_written,
-            None if o is None else (o.start, o.next_txid),
+            None if o is None else (o.start, o.next_txid), self._rejoined,
         )  # fmt: skip
 
     def status(self) -> dict[str, object]:
@@ -1169,6 +1191,7 @@ class Journal:
                 "journal_id": self.journal_id,
                 "formatted": self._ns is not None,
                 **_namespace_fields(self._ns),
+                "rejoined_without_segments": self._rejoined,
                 "promised_epoch": self._promised,
                 "writer_epoch": self._writer_epoch,
                 "committed_txid": self._committed,
