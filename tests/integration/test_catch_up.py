@@ -5,7 +5,6 @@ metrics."""
 from __future__ import annotations
 
 import json
-import os
 import urllib.request
 
 import qjm
@@ -15,16 +14,6 @@ from qjm.testing.util import eventually
 
 INTERVAL = 0.3
 DEADLINE = 60.0  # a few intervals, stretched for a loaded 2-core machine
-
-
-def finalized(cluster: MiniJournalCluster, i: int) -> dict[str, bytes]:
-    d = cluster.journal_dir(i)
-    out = {}
-    for name in os.listdir(d):
-        if name.startswith("edits_") and "inprogress" not in name and "." not in name:
-            with open(os.path.join(d, name), "rb") as f:
-                out[name] = f.read()
-    return out
 
 
 def status(cluster: MiniJournalCluster, i: int) -> dict[str, object]:
@@ -47,15 +36,15 @@ def test_a_node_down_for_three_segments_holds_them_byte_identical_soon_after_it_
         # The writer goes before node 2 returns: none of its queued calls (a restarted node is waited
         # for) can reach node 2, so what node 2 gains, catch-up copied.
         w.close()
-        missed = {n: b for n, b in finalized(c, 0).items() if n not in finalized(c, 2)}
-        assert len(missed) >= 3, (sorted(finalized(c, 0)), sorted(finalized(c, 2)))
+        missed = {n: b for n, b in c.finalized_segments(0).items() if n not in c.finalized_segments(2)}
+        assert len(missed) >= 3, (sorted(c.finalized_segments(0)), sorted(c.finalized_segments(2)))
         c.start(2)
         eventually(
-            lambda: all(finalized(c, 2).get(n) == b for n, b in missed.items()),
+            lambda: all(c.finalized_segments(2).get(n) == b for n, b in missed.items()),
             timeout=DEADLINE,
             what="node 2 holds the segments it missed, byte for byte",
         )
-        assert finalized(c, 2) == finalized(c, 0) == finalized(c, 1)
+        assert c.finalized_segments(2) == c.finalized_segments(0) == c.finalized_segments(1)
         sync = next(j for j in status(c, 2)["journals"] if j["journal_id"] == c.journal_id)["sync"]  # type: ignore[union-attr, index]
         assert sync["segments_downloaded"] >= 3 and sync["divergences"] == 0  # type: ignore[index]
         assert sync["bytes"] >= sum(len(b) for b in missed.values())  # type: ignore[index]

@@ -40,16 +40,6 @@ def replace_disk(cluster: MiniJournalCluster, i: int) -> None:
     cluster.start(i)
 
 
-def finalized(cluster: MiniJournalCluster, i: int) -> dict[str, bytes]:
-    d = cluster.journal_dir(i)
-    out = {}
-    for name in os.listdir(d):
-        if name.startswith("edits_") and "inprogress" not in name and "." not in name:
-            with open(os.path.join(d, name), "rb") as f:
-                out[name] = f.read()
-    return out
-
-
 def test_a_node_on_a_new_disk_rejoins_fenced_against_old_writers_and_catches_up(tmp_path) -> None:  # type: ignore[no-untyped-def]
     with MiniJournalCluster(3, str(tmp_path / "c"), sync_interval=INTERVAL) as c:
         w1 = qjm.open_writer(c.uri, create=True)
@@ -97,11 +87,11 @@ def test_a_node_on_a_new_disk_rejoins_fenced_against_old_writers_and_catches_up(
         )
         w2.close()
         eventually(
-            lambda: finalized(c, 2) == finalized(c, 0),
+            lambda: c.finalized_segments(2) == c.finalized_segments(0),
             timeout=DEADLINE,
             what="node 2 holds every finalized segment, byte for byte",
         )
-        assert len(finalized(c, 2)) >= 4
+        assert len(c.finalized_segments(2)) >= 4
 
 
 def test_rejoin_is_refused_and_changes_nothing_when_unsafe(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -170,6 +170,16 @@ class MiniJournalCluster:
     def journal_dir(self, i: int, journal_id: str | None = None) -> str:
         return os.path.join(self.nodes[i].data_dir, journal_id or self.journal_id, "current")
 
+    def finalized_segments(self, i: int) -> dict[str, bytes]:
+        """Node ``i``'s finalized segment files of the journal, by name: their bytes."""
+        d = self.journal_dir(i)
+        out = {}
+        for name in os.listdir(d):
+            if name.startswith("edits_") and "inprogress" not in name and "." not in name:
+                with open(os.path.join(d, name), "rb") as f:
+                    out[name] = f.read()
+        return out
+
     # -- lifecycle ---------------------------------------------------------------------------
 
     def _first_start(self, i: int) -> None:
