@@ -52,6 +52,10 @@ def node_health(answers: Sequence[Mapping[str, object]]) -> Health:
             row["state"] = "error"
         elif not a.get("formatted"):
             row["state"] = "not formatted"
+        elif a.get("rejoined_without_segments"):
+            # It takes part in fencing and recovery only from its first segment on (design §4.5):
+            # until then a new writer cannot count it, nor can the current one finalize with it.
+            row["state"] = "rejoined"
         elif _int(a, "highest_written_txid") < committed or _int(a, "writer_epoch") < writer:
             row["state"] = "behind"
             fine += 1  # it holds the journal and takes the next segment: it counts toward a quorum

@@ -143,7 +143,8 @@ def _node(state: str, written: int = 10, committed: int = 10, writer: int = 1) -
     if state in ("unreachable", "error"):
         return {"node": "n", state: "why"}
     return {"node": "n", "formatted": state != "unformatted", "highest_written_txid": written,
-            "committed_txid": committed, "writer_epoch": writer}  # fmt: skip
+            "committed_txid": committed, "writer_epoch": writer,
+            "rejoined_without_segments": state == "rejoined"}  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -158,6 +159,8 @@ def _node(state: str, written: int = 10, committed: int = 10, writer: int = 1) -
         ([_node("unreachable")] * 3, "no-quorum", 2),
         ([_node("unformatted")] * 2 + [_node("unreachable")], "not-formatted", 2),
         ([_node("ok"), _node("unformatted"), _node("unformatted")], "no-quorum", 2),
+        ([_node("ok"), _node("ok"), _node("rejoined", written=0)], "degraded", 1),
+        ([_node("ok"), _node("unreachable"), _node("rejoined", written=0)], "no-quorum", 2),  # no part in recovery
     ],
 )
 def test_status_verdicts(answers: list[dict[str, object]], state: str, code: int) -> None:
