@@ -49,7 +49,7 @@ def test_ten_thousand_random_seeds_hold_every_invariant(chunk: int) -> None:
     st = rep.stats
     for kind in ("fail_before", "reply_lost", "node_crashes", "crash_inside", "writer_kills", "writer_crash_send",
                  "partitions", "fetch_fail", "group_commits", "fenced", "duplicated", "late", "reordered",
-                 "gaps"):  # fmt: skip
+                 "gaps", "disk_losses", "rejoins"):  # fmt: skip
         assert st[kind] > 0, kind
     assert st["recoveries"] > 2 * CHUNK
     assert st["acked_txids"] > CHUNK

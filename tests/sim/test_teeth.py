@@ -37,7 +37,10 @@ BOUNDS: dict[str, tuple[int, str | None]] = {
     "retry_reuses_serial": (100, None),  # first hit: seed 5 [33 in the first 300]
     "failed_start_never_cleared": (200, None),  # first hit: seed 18 [27 in the first 300]
     "fenced_refusal_counts_as_ack": (200, None),  # first hit: seed 8 [13 in the first 300]
+    "rejoined_node_votes": (2_000, None),  # first hit: seed 787 [4 in the first 4,000]
 }
+# rejoined_node_votes needs a lost disk (one seed in DISK_SEEDS), a rejoin, a lagging node and a
+# crash of the node that held the lost disk's records with it: the exhaustive worlds lose no disk.
 # The transport switches and the txid gap need the simulated network's retries, gaps and
 # refusals, which the exhaustive worlds (single faults, no retries) leave out.
 # The purge switches: the random search's writers roll by size and age and purge after each roll

@@ -326,17 +326,31 @@ class QuorumJournalManager:
         highest promise (design §4.5); the plan it followed. Fences nobody: the writer goes on,
         and the node takes its segments from the writer's next one. Refused, with nothing
         changed, as ``plan_rejoin`` says."""
-        asked = [(lg.name, lg.status()) for lg in self.loggers.loggers]  # all at once
-        answers: dict[str, Mapping[str, object] | BaseException] = {}
-        for name, fut in asked:
-            try:
-                answers[name] = fut.result(timeout=2 * self.config.timeouts.connect)
-            except Exception as e:  # each node's failure is the plan's to weigh
-                answers[name] = e
-        plan = plan_rejoin(self.journal_id, node, [lg.name for lg in self.loggers.loggers], answers)
-        self.loggers.by_name(node).format(plan.namespace, False, plan.promised_epoch).result(
-            timeout=self.config.timeouts.operations
-        )
+        names = [lg.name for lg in self.loggers.loggers]
+        if node not in names:
+            plan_rejoin(self.journal_id, node, names, {})  # raises: not one of the journal's nodes
+        asked = self.loggers.call(lambda lg: lg.status())
+        # Every node's answer, or as many as come in time: a node that does not answer counts as one.
+        answers: dict[str, Mapping[str, object] | BaseException] = {
+            **asked.wait_for_stragglers(2 * self.config.timeouts.connect, "status"),
+            **asked.exceptions,
+        }
+        plan = plan_rejoin(self.journal_id, node, names, answers)
+
+        def format_one(lg: Logger) -> Future[None]:
+            if lg.name == node:
+                return lg.format(plan.namespace, False, plan.promised_epoch)
+            skipped: Future[None] = Future()
+            skipped.set_result(None)
+            return skipped
+
+        done = self.loggers.call(format_one)
+        done.wait_for_stragglers(self.config.timeouts.operations, "format")
+        failed = done.exceptions.get(node)
+        if failed is not None:
+            raise failed
+        if node not in done.successes:
+            raise NodeUnavailableError(f"{node}: no answer to format in {self.config.timeouts.operations:g} s")
         log.info(
             "journal %s: node %s rejoined with promised epoch %d (from %s)",
             self.journal_id, node, plan.promised_epoch, ", ".join(plan.peers),

@@ -83,6 +83,9 @@ class NodeBugs(Protocol):
     @property
     def skip_committed_loss_check(self) -> bool: ...
 
+    @property
+    def rejoined_node_votes(self) -> bool: ...
+
 
 log = logging.getLogger("qjm.journal")
 
@@ -267,7 +270,7 @@ class Journal:
         """A node that rejoined after losing its disk holds none of the segments a recovery may
         need: an answer "I have no such segment" from it is no evidence, so it takes no part in
         fencing or recovery until a writer has started a segment on it (design §4.5)."""
-        if self._rejoined:
+        if self._rejoined and (self._bugs is None or not self._bugs.rejoined_node_votes):
             raise OutOfSyncError(
                 f"{what}: this node rejoined journal {self.journal_id} after losing its disk and holds none of its "
                 "segments yet; it takes part in fencing and recovery once a writer has started a segment on it"

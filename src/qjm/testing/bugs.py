@@ -66,6 +66,9 @@ class ProtocolBugs:
     """The client never ends a segment start that failed: batches wait behind it for good."""
     fenced_refusal_counts_as_ack: bool = False
     """The client's data link counts the batches a node refused as fenced as acknowledged."""
+    rejoined_node_votes: bool = False
+    """A node that rejoined after losing its disk takes part in fencing and recovery at once: its
+    "no such segment" counts as evidence for segments it lost (design §4.5)."""
 
     @property
     def server_side(self) -> bool:
@@ -81,6 +84,7 @@ class ProtocolBugs:
             or self.accept_txid_gap
             or self.skip_serial_check
             or self.skip_committed_loss_check
+            or self.rejoined_node_votes
         )
 
     @property

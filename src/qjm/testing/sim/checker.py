@@ -144,6 +144,13 @@ class Checker:
                     f"with {pos + len(m.frame) - durable} bytes of it in {name} not yet synced"
                 )
 
+    def on_disk_lost(self, node: Node) -> None:
+        """The node's files are gone with its disk, not by a protocol step: its finalized segments
+        may disappear. What it held still counts where it was counted (a quorum once held it);
+        a copy it gets back (catch-up) must equal what it held (invariant 5)."""
+        self.check_node(node)
+        self.purged[node.index] |= set(self.seen_final[node.index])
+
     # 2, 5, 6: what the nodes hold
     def check_node(self, node: Node) -> None:
         st = node.storage

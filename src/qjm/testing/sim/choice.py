@@ -104,6 +104,7 @@ class FaultRates:
     late: float = 0.01  # a control request is held up: the client retries, the first copy arrives later
     gap: float = 0.05  # a run of batches loses its first frame on the way (the node sees a txid gap)
     reorder: float = 0.1  # the next data and control messages of a channel arrive swapped
+    disk_loss: float = 0.0  # per step, once a run: a node loses its disk (empty storage, down)
 
     def scaled(self, k: float) -> FaultRates:
         return FaultRates(
@@ -124,6 +125,7 @@ class FaultRates:
             late=self.late * k,
             gap=self.gap * k,
             reorder=self.reorder * k,
+            disk_loss=self.disk_loss * k,
         )
 
 

@@ -66,9 +66,13 @@ __all__ = [
 ]
 
 
-_UNFENCED_OPS = ("is_formatted", "format", "get_journal_state", "get_edit_log_manifest", "get_journaled_edits")
+_UNFENCED_OPS = (
+    "is_formatted", "format", "get_journal_state", "get_edit_log_manifest", "get_journaled_edits", "status",
+)  # fmt: skip
 SIM_CHUNK = 97  # bytes per download chunk: frames arrive cut in several pieces
 SYNC_EVERY = 5  # steps between catch-up rounds: node (step / SYNC_EVERY) mod n runs one
+DISK_SEEDS = 4  # one seed in this many (by its number, no random draw) may lose a node's disk ...
+DISK_LOSS = 0.05  # ... at this rate per step, once (a lost disk and qjm rejoin, design §4.5)
 
 
 @dataclass
@@ -146,7 +150,7 @@ class Simulation:
             "recoveries": 0, "fenced": 0, "group_commits": 0, "partitions": 0, "node_alarms": 0,
             "purges": 0, "auto_rolls": 0, "duplicated": 0, "late": 0, "reordered": 0, "gaps": 0,
             "shape_common": 0, "shape_partial": 0, "shape_unequal": 0, "shape_accepted": 0,
-            "link_batches": 0,
+            "link_batches": 0, "disk_losses": 0, "rejoins": 0,
         }  # fmt: skip
         self._setup_rates(rates)
         self._plans: list[WriterPlan] = []
@@ -159,6 +163,7 @@ class Simulation:
         for w, n in self.workload.slow:
             self._slow[(w, n)] = 0.1
         self._syncers: dict[int, JournalSyncer] = {}
+        self._disk_lost: int | None = None  # the node whose disk was lost, if one was
         # (node, peer) → the peer's segments as the node's previous round saw them
         self._seen_manifests: dict[tuple[int, str], list[RemoteEditLog]] = {}
 
@@ -199,6 +204,9 @@ class Simulation:
         else:
             self.profile = "shapes"
             self.rates = replace(FaultRates().scaled(0.25), death_point=0.0, slow_node=0.3)
+        if self.profile in ("mixed", "recovery") and (self.seed or 0) % DISK_SEEDS == DISK_SEEDS - 1:
+            self.profile += "+disk"
+            self.rates = replace(self.rates, disk_loss=DISK_LOSS)
 
     def _shape_roles(self) -> list[WriterRole]:
         """A chain of writers built to leave one of the rare recovery shapes behind, around an odd
@@ -695,6 +703,33 @@ class Simulation:
         self.note(f"{node.name} CRASHES ({why}); {lost} un-synced byte(s) at risk")
         self.checker.check_node(node)
 
+    def _lose_disk(self, node: Node) -> None:
+        """The node goes down and comes back, when it restarts, on an empty disk: everything it
+        held is gone, and only ``qjm rejoin`` (a writer's ``rejoin_node``) formats it again."""
+        self.checker.on_disk_lost(node)
+        node.storage = MemoryStorage(JOURNAL_ID)
+        node.journal = None
+        self._disk_lost = node.index
+        self.stats["disk_losses"] += 1
+        self.note(f"{node.name} LOSES ITS DISK: it comes back empty")
+
+    def _rejoin_lost_disk(self, task: Task) -> None:
+        """What an operator does after replacing the disk: ``qjm rejoin`` from the writer's host,
+        while the node is up and still empty. Refused (too few peers answer, a race) is fine."""
+        if self._disk_lost is None:
+            return
+        node = self.nodes[self._disk_lost]
+        if node.journal is None or node.storage.read_namespace() is not None:
+            return
+        task.phase = "rejoin"
+        try:
+            plan = task.qjm.rejoin_node(node.name)
+        except QJMError as e:
+            self.note(f"w{task.wid}: rejoin {node.name} refused: {type(e).__name__}: {e}")
+            return
+        self.stats["rejoins"] += 1
+        self.note(f"w{task.wid}: {node.name} rejoined with promised epoch {plan.promised_epoch}")
+
     def _toggle_partition(self) -> None:
         """Heal a cut channel, or cut one between a live writer and a node (both directions)."""
         c = self.chooser
@@ -767,6 +802,7 @@ class Simulation:
         if task.plan.format:
             task.phase = "format"
             q.format()
+        self._rejoin_lost_disk(task)
         task.phase = "recover"
         last = q.recover_unfinalized_segments()
         task.recovered = last
@@ -1014,6 +1050,9 @@ class Simulation:
         up = [n for n in self.nodes if n.journal is not None]
         if up and c.chance(self.rates.node_crash, "node_crash"):
             self._crash_node(up[c.choice(len(up), "which_node")], "power cut")
+            return
+        if self.rates.disk_loss > 0 and self._disk_lost is None and c.chance(self.rates.disk_loss, "disk_loss"):
+            self._lose_disk(self.nodes[c.choice(len(self.nodes), "which_disk")])
             return
         for t in self._live():
             if t.state == "waiting" and c.chance(self.rates.writer_kill, "writer_kill"):
