@@ -142,6 +142,28 @@ def test_each_call_needs_its_role_and_a_refusal_changes_nothing(tls_cluster: Clu
     assert f'qjm_authz_denied_total{{journal="{JID}",role="writer"}} {d[(JID, "writer")]}.0' in text
 
 
+def test_rejoin_needs_the_admin_role_and_carries_the_promise_over_tls(tls_cluster: Cluster, pki: Pki) -> None:
+    """qjm rejoin formats, so it needs ``admin`` (design §9.2); a refusal leaves the node empty.
+    The journal is formatted on nodes 0 and 1 only, which is what node 2 sees after losing its disk."""
+    two = "qjournal://" + ";".join(f"127.0.0.1:{n.rpc_port}" for n in tls_cluster.nodes[:2]) + f"/{JID}"
+    format_journal(two, pki.clients["ops"])
+    with qjm.QuorumJournalManager(two, config=qjm.QJMConfig(tls=pki.clients["alice"])) as m:
+        m.create_new_unique_epoch()  # a writer's promise on nodes 0 and 1 only
+        epoch = m.epoch
+    lost = f"127.0.0.1:{tls_cluster.nodes[2].rpc_port}"
+    for who in ("alice", "bob"):
+        with qjm.QuorumJournalManager(tls_cluster.uri, config=qjm.QJMConfig(tls=pki.clients[who])) as m:
+            with pytest.raises(PermissionDeniedError) as e:
+                m.rejoin_node(lost)
+            assert e.value.role == "admin"
+    assert not tls_cluster.nodes[2].journals.open_journals()  # nothing was created
+    with qjm.QuorumJournalManager(tls_cluster.uri, config=qjm.QJMConfig(tls=pki.clients["ops"])) as m:
+        plan = m.rejoin_node(lost)
+    assert plan.promised_epoch == epoch
+    st = tls_cluster.nodes[2].journals.open_journals()[0].peek_state()
+    assert st is not None and st.last_promised_epoch == epoch
+
+
 def test_plaintext_foreign_expired_and_unknown_clients_are_refused_while_others_are_served(
     tls_cluster: Cluster, pki: Pki
 ) -> None:
