@@ -414,6 +414,72 @@ def test_sync_batch_ends_early_when_a_link_fails_or_on_notify(loop: Loop) -> Non
     hang_up(f, links[2], mine[2], nodes[2])
 
 
+def test_sync_batch_reads_its_own_acks_with_no_loop_running(fo: ModuleType) -> None:
+    # The waiting thread reads the acks itself, so an ack wakes it and nothing else (no loop here).
+    f = fo.Fanout()
+    links, mine, nodes = _nodes(f)
+    fr, notice = frame(1), wire.encode_commit(3, 1)
+    answers = [_answer(n, len(fr), 1 if i < 2 else None) for i, n in enumerate(nodes)]
+    assert f.sync_batch(links, fr, 1, 2, notice, WAIT) == 2
+    assert sorted(f.acked(link) for link in links) == [0, 1, 1]
+    for t in answers:
+        t.join(WAIT)
+    for n in nodes:
+        assert recv_exactly(n, len(notice)) == notice
+    _hang_up_all(f, links, mine, nodes)
+    f.close()
+
+
+def _wait_acked(f: Any, link: int, txid: int) -> None:
+    deadline = time.monotonic() + WAIT
+    while True:
+        seen = f.news()
+        if f.acked(link) >= txid:
+            return
+        assert time.monotonic() < deadline, f"link {link} never saw ack {txid}"
+        f.wait_news(seen, deadline - time.monotonic())
+
+
+def test_after_sync_batch_the_loop_reads_the_late_acks_again(loop: Loop) -> None:
+    # While sync_batch waits the loop does not watch its links for input; it must again after.
+    f = loop.fanout
+    links, mine, nodes = _nodes(f)
+    fr = frame(1)
+    answers = [_answer(n, len(fr), 1 if i < 2 else None) for i, n in enumerate(nodes)]
+    assert f.sync_batch(links, fr, 1, 2, None, WAIT) == 2
+    for t in answers:
+        t.join(WAIT)
+    assert f.acked(links[2]) == 0
+    nodes[2].sendall(wire.encode_ack(1))  # the slow node's ack, after the call returned
+    _wait_acked(f, links[2], 1)
+    late = frame(2)
+    assert f.send(links[0], late, 2) == 0  # and a batch sent the usual way is acked through the loop
+    assert recv_exactly(nodes[0], len(late)) == late
+    nodes[0].sendall(wire.encode_ack(2))
+    _wait_acked(f, links[0], 2)
+    _hang_up_all(f, links, mine, nodes)
+
+
+def test_a_refusal_that_sync_batch_reads_is_reported_by_the_loop(loop: Loop) -> None:
+    f = loop.fanout
+    links, mine, nodes = _nodes(f)
+    fr = frame(1)
+    refusal = wire.encode_error("FENCED", "epoch 3 is older than the promised 4", 0)
+
+    def refuse() -> None:
+        recv_exactly(nodes[1], len(fr))
+        nodes[1].sendall(refusal)
+
+    answers = [_answer(nodes[0], len(fr), 1), threading.Thread(target=refuse, daemon=True)]
+    answers[1].start()
+    assert f.sync_batch(links, fr, 1, 2, None, WAIT) < 2  # it ends at the refusal, not the timeout
+    _, _, code, detail = loop.until(links[1], lambda e: e[2] != "")
+    assert (code, detail) == ("reply", refusal)
+    for t in answers:
+        t.join(WAIT)
+    _hang_up_all(f, links, mine, nodes)
+
+
 def test_sync_batch_with_an_unknown_link_sends_nothing(loop: Loop) -> None:
     f = loop.fanout
     links, mine, nodes = _nodes(f, 2)

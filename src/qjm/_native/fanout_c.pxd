@@ -193,7 +193,7 @@ cdef extern from "<poll.h>" nogil:
         short events
         short revents
     int poll(pollfd *fds, unsigned long nfds, int timeout)
-    short POLLIN, POLLOUT
+    short POLLIN, POLLOUT, POLLNVAL
 
 
 ctypedef struct qent:               # one buffer queued for sending; owns a reference to obj
@@ -222,6 +222,7 @@ ctypedef struct link_t:
     uint64_t acked
     uint64_t reported
     bint out_armed
+    bint held                       # a sync_batch reads this link's input: the loop does not watch it
     bint news                       # acked advanced or a failure to report
     bint registered
     unsigned char *rbuf
@@ -244,6 +245,7 @@ cdef class Fanout:
     cdef int _nslots                # slots ever used: [0, _nslots)
     cdef int _ep
     cdef int _wake
+    cdef int _swake                 # eventfd: wakes a sync_batch polling its links (news, notify)
     cdef bint _stop
     cdef bint _running
     cdef dict _socks                # slot -> socket object, keeps each fd alive while registered
@@ -252,6 +254,7 @@ cdef class Fanout:
     cdef unsigned long long _news   # bumped when any link's acked advances or a link fails
     cdef unsigned long long _notified  # bumped by notify() alone: Python's own state changed
     cdef int _nwaiters
+    cdef int _syncers               # sync_batch calls polling their links (guarded by _nmu)
     cdef bint _ninit
 
     cdef void _bump_news(self) noexcept nogil

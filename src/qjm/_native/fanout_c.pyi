@@ -92,7 +92,8 @@ class Fanout:
     ) -> int:
         """Send ``frame`` on each of ``links`` (as ``send`` does, awaiting ``last_txid``), wait without
         the GIL until ``need`` of them have acknowledged ``last_txid``, then queue ``notice`` (if not
-        None) on each of them. Returns how many had acknowledged it."""
+        None) on each of them. Returns how many had acknowledged it. The waiting thread reads the
+        links' acks itself: no ``run`` loop is needed for the quorum."""
 
     def run(self, callback: Callable[[int, int, str, object], None]) -> None:
         """Serve every link until ``stop``; ``callback(link, acked, code, detail)`` reports news.

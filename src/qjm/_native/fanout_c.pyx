@@ -10,7 +10,8 @@
 # to drop references to buffers it has sent. A link added with report_acks=False is quiet: its acks
 # only bump a news counter and wake the threads blocked in wait_news() (which waits without the
 # GIL), so a writer waiting for a quorum is woken straight from this loop and no Python runs per
-# ack (the writer counts the quorum itself from acked()).
+# ack (the writer counts the quorum itself from acked()). sync_batch() goes further: the thread
+# waiting for a quorum reads its links' acks itself, so no other thread runs per ack.
 #
 # Receiver: the node's side, one blocking connection: splits the stream into frames and commit
 # notices without the GIL, hands them to Python in runs (one group commit per run), sends acks.
@@ -344,7 +345,7 @@ cdef int _flush(int ep, link_t *l, unsigned long long token) noexcept nogil:
         l.qhead = 0
     want = l.qlen > l.qhead or l.clen > l.chead
     if want != l.out_armed and l.registered:
-        ev.events = EPOLLIN | EPOLLRDHUP | (EPOLLOUT if want else 0)
+        ev.events = (0 if l.held else EPOLLIN) | EPOLLRDHUP | (EPOLLOUT if want else 0)
         ev.data.u64 = token
         if epoll_ctl(ep, EPOLL_CTL_MOD, l.fd, &ev) != 0:
             return errno
@@ -516,6 +517,19 @@ cdef inline unsigned long long _token(link_t *links, link_t *l) noexcept nogil:
     return (<unsigned long long>l.gen << SLOT_BITS) | <unsigned long long>(l - links)
 
 
+cdef void _hold(int ep, link_t *links, link_t *l, bint held) noexcept nogil:
+    # A link held by a sync_batch is read by that call's thread: the loop stops watching it for
+    # input (a hang-up still wakes it) until the call lets go. The caller holds l.mu.
+    cdef epoll_event ev
+    if l.held == held or l.state != L_OPEN:
+        return
+    l.held = held
+    if l.registered:
+        ev.events = (0 if held else EPOLLIN) | EPOLLRDHUP | (EPOLLOUT if l.out_armed else 0)
+        ev.data.u64 = _token(links, l)
+        epoll_ctl(ep, EPOLL_CTL_MOD, l.fd, &ev)
+
+
 cdef int _enqueue(int ep, link_t *links, link_t *l, PyObject *pre, const char *prep, Py_ssize_t npre,
                   PyObject *fr, const char *frp, Py_ssize_t n, uint64_t last, PyObject ***rel,
                   Py_ssize_t *nrel) noexcept nogil:
@@ -594,6 +608,26 @@ cdef int _wait_fd(int fd, short events, timespec *deadline) noexcept nogil:
         if r < 0 and errno == EINTR:
             continue
         return r
+
+
+cdef int _poll_until(pollfd *fds, Py_ssize_t n, timespec *deadline) noexcept nogil:
+    # poll until one of fds is ready or the deadline: 0 ready, ETIMEDOUT, or an errno.
+    cdef timespec now
+    cdef long long us
+    cdef int r
+    while True:
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        us = (deadline.tv_sec - now.tv_sec) * 1000000 + (deadline.tv_nsec - now.tv_nsec) // 1000
+        if us <= 0:
+            return ETIMEDOUT
+        us = (us + 999) // 1000     # whole milliseconds, rounded up: never wakes early for good
+        r = poll(fds, <unsigned long>n, <int>(us if us < 2000000000 else 2000000000))
+        if r > 0:
+            return 0
+        if r == 0:
+            continue                # the deadline is looked at again above
+        if errno != EINTR:
+            return errno
 
 
 cdef int _handshake(SSL *ssl, BIO *rbio, BIO *wbio, int fd, double timeout) noexcept nogil:
@@ -676,6 +710,7 @@ cdef class Fanout:
         cdef epoll_event ev
         self._ep = -1
         self._wake = -1
+        self._swake = -1
         self._links = <link_t *>calloc(MAX_LINKS, sizeof(link_t))
         if self._links == NULL:
             raise MemoryError()
@@ -697,6 +732,9 @@ cdef class Fanout:
             raise OSError(errno, os.strerror(errno))
         self._wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)
         if self._wake < 0:
+            raise OSError(errno, os.strerror(errno))
+        self._swake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)
+        if self._swake < 0:
             raise OSError(errno, os.strerror(errno))
         ev.events = EPOLLIN
         ev.data.u64 = WAKE
@@ -729,17 +767,24 @@ cdef class Fanout:
             c_close(self._ep)
         if self._wake >= 0:
             c_close(self._wake)
+        if self._swake >= 0:
+            c_close(self._swake)
         if self._ninit:
             pthread_cond_destroy(&self._ncv)
             pthread_mutex_destroy(&self._nmu)
             self._ninit = False
 
     cdef void _bump_news(self) noexcept nogil:
+        cdef unsigned long long one = 1
+        cdef bint syncing
         pthread_mutex_lock(&self._nmu)
         self._news += 1
         if self._nwaiters:
             pthread_cond_broadcast(&self._ncv)
+        syncing = self._syncers > 0
         pthread_mutex_unlock(&self._nmu)
+        if syncing:
+            <void>c_write(self._swake, &one, 8)   # a sync_batch polling its links looks again
 
     cdef link_t *_get(self, object link, int *slot) except NULL:
         cdef long long v = link
@@ -820,6 +865,7 @@ cdef class Fanout:
         l.max_bytes = max_bytes
         l.acked = l.reported = 0
         l.out_armed = False
+        l.held = False
         l.news = False
         l.rlen = 0
         l.fail_kind = F_NONE
@@ -1000,7 +1046,11 @@ cdef class Fanout:
         ``notify`` runs (the caller's own state changed) or after ``timeout`` seconds; the caller
         then looks at the links itself. An unknown link raises ValueError before anything is sent.
         Why one call: a writer syncing every record otherwise runs Python per node and per ack
-        between closing its batch and returning (docs/performance.md)."""
+        between closing its batch and returning (docs/performance.md). While it waits, this thread
+        polls the links and reads their acks itself (under each link's mutex, as the loop does), so
+        an ack wakes it directly instead of waking the loop, which then wakes it, and it needs no
+        loop running to see its quorum; the loop stops watching those links for input meanwhile. A
+        failure it finds is reported by the loop, as any other."""
         cdef Py_ssize_t n = len(links)
         cdef int s = 0
         cdef Py_ssize_t i
@@ -1010,9 +1060,16 @@ cdef class Fanout:
         cdef unsigned int *gens
         cdef timespec ts
         cdef int rc = 0
-        cdef unsigned long long seen, notified
+        cdef unsigned long long notified
         cdef int count = 0
         cdef int gone = 0
+        cdef pollfd *pfds
+        cdef bint changed
+        cdef bint failed = False
+        cdef uint64_t acked0
+        cdef unsigned long long junk = 0
+        cdef unsigned long long one = 1
+        cdef int ep = self._ep
         if timeout != timeout:
             raise ValueError("timeout is NaN")
         if timeout > 1e6:
@@ -1021,9 +1078,11 @@ cdef class Fanout:
             return 0
         slots = <int *>malloc(n * sizeof(int))
         gens = <unsigned int *>malloc(n * sizeof(unsigned int))
-        if slots == NULL or gens == NULL:
+        pfds = <pollfd *>malloc((n + 1) * sizeof(pollfd))
+        if slots == NULL or gens == NULL or pfds == NULL:
             free(slots)
             free(gens)
+            free(pfds)
             raise MemoryError()
         try:
             for i in range(n):
@@ -1036,15 +1095,25 @@ cdef class Fanout:
                 except ValueError:
                     pass  # it left the engine while a large send ran without the GIL: gone, below
             arr = self._links
+            for i in range(n):
+                pfds[i].fd = arr[slots[i]].fd
+                pfds[i].events = POLLIN
+            pfds[n].fd = self._swake
+            pfds[n].events = POLLIN
             with nogil:
+                for i in range(n):
+                    l = &arr[slots[i]]
+                    pthread_mutex_lock(&l.mu)
+                    if l.gen == gens[i]:
+                        _hold(ep, arr, l, True)
+                    pthread_mutex_unlock(&l.mu)
+                <void>c_read(self._swake, &junk, 8)   # a notify before this call is not news to it
                 pthread_mutex_lock(&self._nmu)
                 notified = self._notified
+                self._syncers += 1    # from here the loop's news also wakes the poll below
                 pthread_mutex_unlock(&self._nmu)
                 _deadline(&ts, timeout)
                 while True:
-                    pthread_mutex_lock(&self._nmu)
-                    seen = self._news
-                    pthread_mutex_unlock(&self._nmu)
                     count = 0
                     gone = 0
                     for i in range(n):
@@ -1058,14 +1127,49 @@ cdef class Fanout:
                     if count >= need or gone or rc != 0 or timeout <= 0:
                         break
                     pthread_mutex_lock(&self._nmu)
-                    if self._notified != notified:
-                        pthread_mutex_unlock(&self._nmu)
-                        break
-                    self._nwaiters += 1
-                    while self._news == seen and self._notified == notified and rc == 0:
-                        rc = pthread_cond_timedwait(&self._ncv, &self._nmu, &ts)
-                    self._nwaiters -= 1
+                    changed = self._notified != notified
                     pthread_mutex_unlock(&self._nmu)
+                    if changed:
+                        break
+                    # Read the acks here, not through the loop: the reply wakes this thread
+                    # directly, one wake-up a commit instead of the loop's then this one's.
+                    rc = _poll_until(pfds, n + 1, &ts)
+                    if rc != 0:
+                        break
+                    changed = False
+                    for i in range(n):
+                        if pfds[i].revents == 0:
+                            continue
+                        if pfds[i].revents & POLLNVAL:
+                            pfds[i].fd = -1     # closed under it: its link's state says why, above
+                            continue
+                        l = &arr[slots[i]]
+                        pthread_mutex_lock(&l.mu)
+                        if l.gen == gens[i] and l.state == L_OPEN:
+                            acked0 = l.acked
+                            _read(ep, l, _token(arr, l))
+                            if l.acked != acked0 or l.state != L_OPEN:
+                                changed = True
+                            if l.state != L_OPEN:
+                                failed = True  # the loop reports it: woken below
+                            elif l.quiet:
+                                l.news = False
+                        pthread_mutex_unlock(&l.mu)
+                    if pfds[n].revents:
+                        <void>c_read(self._swake, &junk, 8)
+                    if changed:
+                        self._bump_news()
+                pthread_mutex_lock(&self._nmu)
+                self._syncers -= 1
+                pthread_mutex_unlock(&self._nmu)
+                for i in range(n):
+                    l = &arr[slots[i]]
+                    pthread_mutex_lock(&l.mu)
+                    if l.gen == gens[i]:
+                        _hold(ep, arr, l, False)  # input left unread wakes the loop at once
+                    pthread_mutex_unlock(&l.mu)
+                if failed:
+                    <void>c_write(self._wake, &one, 8)
             if count >= need and notice is not None:
                 for i in range(n):
                     try:
@@ -1075,6 +1179,7 @@ cdef class Fanout:
         finally:
             free(slots)
             free(gens)
+            free(pfds)
         return count
 
     def run(self, callback):

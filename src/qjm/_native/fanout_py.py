@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import collections
 import errno
+import math
 import os
+import select
 import selectors
 import socket
 import ssl
@@ -244,6 +246,11 @@ class _Link:
             self.parse()
         self.cipher += outgoing.read()  # what the session answered (a key update), sent with the rest
 
+    def read_open(self) -> bool:
+        """``read``, then whether the link is still open."""
+        self.read()
+        return self.open
+
     def read(self) -> None:
         while self.open:
             if self.tls is None and len(self.rbuf) >= _RBUF:
@@ -266,6 +273,15 @@ class _Link:
             self.parse()
 
 
+def _drain(sock: socket.socket) -> None:
+    """Read whatever wake-ups a non-blocking socket holds."""
+    try:
+        while sock.recv(4096):
+            pass
+    except (BlockingIOError, InterruptedError):
+        pass
+
+
 class Fanout:
     """Pipelined sender to many nodes: one selector loop, one non-blocking connection per link."""
 
@@ -284,6 +300,10 @@ class Fanout:
         self._news = 0
         self._notified = 0  # bumped by notify() alone: Python's own state changed
         self._news_cond = threading.Condition(threading.Lock())
+        self._syncers = 0  # sync_batch calls polling their links (guarded by _news_cond)
+        self._swake_r, self._swake_w = socket.socketpair()  # wakes them: news, notify
+        self._swake_r.setblocking(False)
+        self._swake_w.setblocking(False)
 
     def _get(self, link: int) -> _Link:
         if self._closed:
@@ -463,6 +483,12 @@ class Fanout:
         with self._news_cond:
             self._news += 1
             self._news_cond.notify_all()
+            syncing = self._syncers > 0
+        if syncing:
+            try:
+                self._swake_w.send(b"\0")  # a sync_batch polling its links looks again
+            except BlockingIOError:
+                pass  # a wake-up is already pending
 
     def sync_batch(
         self, links: Sequence[int], frame: bytes, last_txid: int, need: int, notice: bytes | None, timeout: float
@@ -473,7 +499,10 @@ class Fanout:
 
         The wait also ends, with fewer than ``need``, when one of the links is no longer open, when
         ``notify`` runs (the caller's own state changed) or after ``timeout`` seconds; the caller
-        then looks at the links itself. An unknown link raises ValueError before anything is sent."""
+        then looks at the links itself. An unknown link raises ValueError before anything is sent.
+        While it waits, this thread polls the links and reads their acks itself (under each link's
+        lock, as the loop does), so it needs no loop running to see its quorum; a failure it finds
+        is reported by the loop, as any other."""
         if timeout != timeout:
             raise ValueError("timeout is NaN")
         if type(frame) is not bytes:
@@ -485,26 +514,58 @@ class Fanout:
             except ValueError:
                 pass  # it left the engine meanwhile: gone, below
         deadline = time.monotonic() + min(timeout, 1e6)
+        # Read the acks here, not through the loop: the reply wakes this thread directly.
+        poller = select.poll()
+        by_fd: dict[int, tuple[int, _Link]] = {}
+        for link, lk in zip(links, lks, strict=True):
+            fd = lk.sock.fileno()
+            if fd >= 0:
+                poller.register(fd, select.POLLIN)
+                by_fd[fd] = (link, lk)
+        poller.register(self._swake_r.fileno(), select.POLLIN)
+        _drain(self._swake_r)  # a notify before this call is not news to it
         with self._news_cond:
             notified = self._notified
-        while True:
-            with self._news_cond:
-                seen = self._news
-            count = gone = 0
-            for link, lk in zip(links, lks, strict=True):
-                with lk.lock:
-                    if not lk.open or self._links.get(link) is not lk:
-                        gone += 1
-                    elif lk.acked >= last_txid:
-                        count += 1
-            remaining = deadline - time.monotonic()
-            if count >= need or gone or remaining <= 0:
-                break
-            with self._news_cond:
-                if self._notified != notified:
+            self._syncers += 1  # from here the loop's news also wakes the poll below
+        failed = False
+        try:
+            while True:
+                count = gone = 0
+                for link, lk in zip(links, lks, strict=True):
+                    with lk.lock:
+                        if not lk.open or self._links.get(link) is not lk:
+                            gone += 1
+                        elif lk.acked >= last_txid:
+                            count += 1
+                remaining = deadline - time.monotonic()
+                if count >= need or gone or remaining <= 0:
                     break
-                if self._news == seen and self._notified == notified:
-                    self._news_cond.wait(remaining)
+                with self._news_cond:
+                    if self._notified != notified:
+                        break
+                changed = False
+                for fd, _ in poller.poll(max(1, math.ceil(remaining * 1000))):
+                    if fd not in by_fd:
+                        _drain(self._swake_r)
+                        continue
+                    link, lk = by_fd[fd]
+                    with lk.lock:
+                        if lk.open and self._links.get(link) is lk:
+                            acked0 = lk.acked
+                            still_open = lk.read_open()
+                            changed = changed or lk.acked != acked0 or not still_open
+                            if not still_open:
+                                self._unwatch(link, lk)
+                                failed = True  # the loop reports it: woken below
+                            elif lk.quiet:
+                                lk.news = False
+                if changed:
+                    self._bump_news()
+        finally:
+            with self._news_cond:
+                self._syncers -= 1
+        if failed:
+            self._wake()
         if count >= need and notice is not None:
             for link in links:
                 try:
@@ -604,6 +665,8 @@ class Fanout:
         self._sel.close()
         self._wake_r.close()
         self._wake_w.close()
+        self._swake_r.close()
+        self._swake_w.close()
         self._closed = True
 
     @property
