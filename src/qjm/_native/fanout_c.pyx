@@ -590,26 +590,6 @@ cdef int _enqueue(int ep, link_t *links, link_t *l, PyObject *pre, const char *p
     return rc
 
 
-cdef int _wait_fd(int fd, short events, timespec *deadline) noexcept nogil:
-    # poll until fd is ready or the deadline: 1 ready, 0 timed out, -1 an error (errno).
-    cdef pollfd p
-    cdef timespec now
-    cdef long long ms
-    cdef int r
-    while True:
-        clock_gettime(CLOCK_MONOTONIC, &now)
-        ms = (deadline.tv_sec - now.tv_sec) * 1000 + (deadline.tv_nsec - now.tv_nsec) // 1000000
-        if ms <= 0:
-            return 0
-        p.fd = fd
-        p.events = events
-        p.revents = 0
-        r = poll(&p, 1, <int>(ms if ms < 2000000000 else 2000000000))
-        if r < 0 and errno == EINTR:
-            continue
-        return r
-
-
 cdef int _poll_until(pollfd *fds, Py_ssize_t n, timespec *deadline) noexcept nogil:
     # poll until one of fds is ready or the deadline: 0 ready, ETIMEDOUT, or an errno.
     cdef timespec now
@@ -628,6 +608,22 @@ cdef int _poll_until(pollfd *fds, Py_ssize_t n, timespec *deadline) noexcept nog
             continue                # the deadline is looked at again above
         if errno != EINTR:
             return errno
+
+
+cdef int _wait_fd(int fd, short events, timespec *deadline) noexcept nogil:
+    # poll until fd is ready or the deadline: 1 ready, 0 timed out, -1 an error (errno).
+    cdef pollfd p
+    cdef int rc
+    p.fd = fd
+    p.events = events
+    p.revents = 0
+    rc = _poll_until(&p, 1, deadline)
+    if rc == 0:
+        return 1
+    if rc == ETIMEDOUT:
+        return 0
+    errno = rc
+    return -1
 
 
 cdef int _handshake(SSL *ssl, BIO *rbio, BIO *wbio, int fd, double timeout) noexcept nogil:
