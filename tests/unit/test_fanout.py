@@ -480,6 +480,62 @@ def test_a_refusal_that_sync_batch_reads_is_reported_by_the_loop(loop: Loop) -> 
     _hang_up_all(f, links, mine, nodes)
 
 
+def test_concurrent_sync_batches_each_see_their_quorum_and_notify(loop: Loop) -> None:
+    # Writers sharing one engine: each call waits on its own links with a wake-up of its own.
+    f = loop.fanout
+    groups = [_nodes(f) for _ in range(3)]
+    out: queue.Queue[tuple[int, int]] = queue.Queue()
+
+    def sync(k: int, txid: int) -> None:
+        out.put((k, f.sync_batch(groups[k][0], frame(txid), txid, 2, None, WAIT)))
+
+    for txid in (1, 2, 3):  # every node acks: each call returns at its quorum
+        answers = [_answer(n, len(frame(txid)), txid) for _, _, nodes in groups for n in nodes]
+        callers = [threading.Thread(target=sync, args=(k, txid)) for k in range(len(groups))]
+        for t in callers:
+            t.start()
+        got = sorted(out.get(timeout=WAIT) for _ in groups)
+        assert [k for k, _ in got] == list(range(len(groups)))
+        assert all(count >= 2 for _, count in got)
+        for t in callers + answers:
+            t.join(WAIT)
+    # No node acks: each call ends when notify() says the writer's state changed, not at WAIT.
+    t0 = time.monotonic()
+    callers = [threading.Thread(target=sync, args=(k, 4)) for k in range(len(groups))]
+    for t in callers:
+        t.start()
+    for _, _, nodes in groups:
+        for n in nodes:
+            recv_exactly(n, len(frame(4)))
+    ended: list[tuple[int, int]] = []
+    while len(ended) < len(groups):  # a notify before a call began waiting is not news to it
+        f.notify()
+        try:
+            ended.append(out.get(timeout=0.05))
+        except queue.Empty:
+            pass
+        assert time.monotonic() - t0 < WAIT / 2
+    assert sorted(ended) == [(k, 0) for k in range(len(groups))]
+    for t in callers:
+        t.join(WAIT)
+    for links, mine, nodes in groups:
+        _hang_up_all(f, links, mine, nodes)
+
+
+def test_sync_batch_leaves_no_descriptor_behind(fo: ModuleType) -> None:
+    f = fo.Fanout()
+    links, mine, nodes = _nodes(f)
+    before = len(os.listdir("/proc/self/fd"))
+    for txid in range(1, 51):
+        answers = [_answer(n, len(frame(txid)), txid) for n in nodes]
+        assert f.sync_batch(links, frame(txid), txid, 2, None, WAIT) >= 2
+        for t in answers:
+            t.join(WAIT)
+    assert len(os.listdir("/proc/self/fd")) == before
+    _hang_up_all(f, links, mine, nodes)
+    f.close()
+
+
 def test_sync_batch_with_an_unknown_link_sends_nothing(loop: Loop) -> None:
     f = loop.fanout
     links, mine, nodes = _nodes(f, 2)

@@ -240,12 +240,15 @@ ctypedef struct link_t:
     Py_ssize_t chead, clen, ccap
 
 
+cdef enum:
+    MAX_SYNCERS = 64                # sync_batch calls woken by eventfd at once; more look every 5 ms
+
 cdef class Fanout:
     cdef link_t *_links
     cdef int _nslots                # slots ever used: [0, _nslots)
     cdef int _ep
     cdef int _wake
-    cdef int _swake                 # eventfd: wakes a sync_batch polling its links (news, notify)
+    cdef int _sfds[MAX_SYNCERS]     # eventfds of the sync_batch calls polling their links, or -1 (_nmu)
     cdef bint _stop
     cdef bint _running
     cdef dict _socks                # slot -> socket object, keeps each fd alive while registered
@@ -257,7 +260,7 @@ cdef class Fanout:
     cdef int _syncers               # sync_batch calls polling their links (guarded by _nmu)
     cdef bint _ninit
 
-    cdef void _bump_news(self) noexcept nogil
+    cdef void _bump_news(self, int skip=*) noexcept nogil
 
     cdef link_t *_get(self, object link, int *slot) except NULL
     cdef int _report(self, int s, object callback) except -1

@@ -74,6 +74,7 @@ cdef enum:
     TLS_ERRTEXT = 256
 
 cdef unsigned long long WAKE = 0xFFFFFFFFFFFFFFFFULL
+cdef double SLICE = 0.005           # a sync_batch with no eventfd of its own looks again this often
 
 ACK_SIZE = sizeof(qjm_ack)
 
@@ -706,7 +707,8 @@ cdef class Fanout:
         cdef epoll_event ev
         self._ep = -1
         self._wake = -1
-        self._swake = -1
+        for i in range(MAX_SYNCERS):
+            self._sfds[i] = -1
         self._links = <link_t *>calloc(MAX_LINKS, sizeof(link_t))
         if self._links == NULL:
             raise MemoryError()
@@ -728,9 +730,6 @@ cdef class Fanout:
             raise OSError(errno, os.strerror(errno))
         self._wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)
         if self._wake < 0:
-            raise OSError(errno, os.strerror(errno))
-        self._swake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)
-        if self._swake < 0:
             raise OSError(errno, os.strerror(errno))
         ev.events = EPOLLIN
         ev.data.u64 = WAKE
@@ -763,24 +762,26 @@ cdef class Fanout:
             c_close(self._ep)
         if self._wake >= 0:
             c_close(self._wake)
-        if self._swake >= 0:
-            c_close(self._swake)
         if self._ninit:
             pthread_cond_destroy(&self._ncv)
             pthread_mutex_destroy(&self._nmu)
             self._ninit = False
 
-    cdef void _bump_news(self) noexcept nogil:
+    cdef void _bump_news(self, int skip=-1) noexcept nogil:
+        # Wakes every wait_news and every sync_batch polling its links (but the one whose eventfd
+        # is ``skip``: a sync_batch telling of what it read itself). The eventfds are written
+        # under _nmu, so none is closed meanwhile: a sync_batch takes its own out under _nmu first.
         cdef unsigned long long one = 1
-        cdef bint syncing
+        cdef int i
         pthread_mutex_lock(&self._nmu)
         self._news += 1
         if self._nwaiters:
             pthread_cond_broadcast(&self._ncv)
-        syncing = self._syncers > 0
+        if self._syncers:
+            for i in range(MAX_SYNCERS):
+                if self._sfds[i] >= 0 and self._sfds[i] != skip:
+                    <void>c_write(self._sfds[i], &one, 8)
         pthread_mutex_unlock(&self._nmu)
-        if syncing:
-            <void>c_write(self._swake, &one, 8)   # a sync_batch polling its links looks again
 
     cdef link_t *_get(self, object link, int *slot) except NULL:
         cdef long long v = link
@@ -1060,6 +1061,9 @@ cdef class Fanout:
         cdef int count = 0
         cdef int gone = 0
         cdef pollfd *pfds
+        cdef int efd = -1
+        cdef int slot = -1
+        cdef timespec sl
         cdef bint changed
         cdef bint failed = False
         cdef uint64_t acked0
@@ -1094,7 +1098,10 @@ cdef class Fanout:
             for i in range(n):
                 pfds[i].fd = arr[slots[i]].fd
                 pfds[i].events = POLLIN
-            pfds[n].fd = self._swake
+            # Its own eventfd, so that no other sync_batch drains a wake-up meant for this one; if
+            # none can be had (or MAX_SYNCERS are polling), it looks again every SLICE instead.
+            efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)
+            pfds[n].fd = efd
             pfds[n].events = POLLIN
             with nogil:
                 for i in range(n):
@@ -1103,10 +1110,15 @@ cdef class Fanout:
                     if l.gen == gens[i]:
                         _hold(ep, arr, l, True)
                     pthread_mutex_unlock(&l.mu)
-                <void>c_read(self._swake, &junk, 8)   # a notify before this call is not news to it
                 pthread_mutex_lock(&self._nmu)
                 notified = self._notified
-                self._syncers += 1    # from here the loop's news also wakes the poll below
+                if efd >= 0:
+                    for i in range(MAX_SYNCERS):
+                        if self._sfds[i] < 0:
+                            self._sfds[i] = efd     # from here news wakes the poll below
+                            slot = <int>i
+                            self._syncers += 1
+                            break
                 pthread_mutex_unlock(&self._nmu)
                 _deadline(&ts, timeout)
                 while True:
@@ -1129,7 +1141,17 @@ cdef class Fanout:
                         break
                     # Read the acks here, not through the loop: the reply wakes this thread
                     # directly, one wake-up a commit instead of the loop's then this one's.
-                    rc = _poll_until(pfds, n + 1, &ts)
+                    for i in range(n + 1):
+                        pfds[i].revents = 0
+                    if slot >= 0:
+                        rc = _poll_until(pfds, n + 1, &ts)
+                    else:
+                        _deadline(&sl, SLICE)
+                        if sl.tv_sec > ts.tv_sec or (sl.tv_sec == ts.tv_sec and sl.tv_nsec > ts.tv_nsec):
+                            sl = ts
+                        rc = _poll_until(pfds, n + 1, &sl)
+                        if rc == ETIMEDOUT and (sl.tv_sec != ts.tv_sec or sl.tv_nsec != ts.tv_nsec):
+                            rc = 0          # a slice, not the deadline: look again
                     if rc != 0:
                         break
                     changed = False
@@ -1152,12 +1174,16 @@ cdef class Fanout:
                                 l.news = False
                         pthread_mutex_unlock(&l.mu)
                     if pfds[n].revents:
-                        <void>c_read(self._swake, &junk, 8)
+                        <void>c_read(efd, &junk, 8)
                     if changed:
-                        self._bump_news()
+                        self._bump_news(efd)
                 pthread_mutex_lock(&self._nmu)
-                self._syncers -= 1
+                if slot >= 0:
+                    self._sfds[slot] = -1
+                    self._syncers -= 1
                 pthread_mutex_unlock(&self._nmu)
+                if efd >= 0:
+                    c_close(efd)
                 for i in range(n):
                     l = &arr[slots[i]]
                     pthread_mutex_lock(&l.mu)

@@ -300,10 +300,9 @@ class Fanout:
         self._news = 0
         self._notified = 0  # bumped by notify() alone: Python's own state changed
         self._news_cond = threading.Condition(threading.Lock())
-        self._syncers = 0  # sync_batch calls polling their links (guarded by _news_cond)
-        self._swake_r, self._swake_w = socket.socketpair()  # wakes them: news, notify
-        self._swake_r.setblocking(False)
-        self._swake_w.setblocking(False)
+        # The sockets that wake each sync_batch polling its links (guarded by _news_cond): one each,
+        # so that none drains a wake-up meant for another.
+        self._sync_wakers: list[socket.socket] = []
 
     def _get(self, link: int) -> _Link:
         if self._closed:
@@ -479,16 +478,18 @@ class Fanout:
             self._notified += 1
         self._bump_news()
 
-    def _bump_news(self) -> None:
+    def _bump_news(self, skip: socket.socket | None = None) -> None:
+        """Wake every wait_news and every sync_batch polling its links but the one ``skip`` wakes
+        (a sync_batch telling of what it read itself)."""
         with self._news_cond:
             self._news += 1
             self._news_cond.notify_all()
-            syncing = self._syncers > 0
-        if syncing:
-            try:
-                self._swake_w.send(b"\0")  # a sync_batch polling its links looks again
-            except BlockingIOError:
-                pass  # a wake-up is already pending
+            for waker in self._sync_wakers:  # under the lock: none is closed meanwhile
+                if waker is not skip:
+                    try:
+                        waker.send(b"\0")
+                    except BlockingIOError:
+                        pass  # a wake-up is already pending
 
     def sync_batch(
         self, links: Sequence[int], frame: bytes, last_txid: int, need: int, notice: bytes | None, timeout: float
@@ -522,11 +523,13 @@ class Fanout:
             if fd >= 0:
                 poller.register(fd, select.POLLIN)
                 by_fd[fd] = (link, lk)
-        poller.register(self._swake_r.fileno(), select.POLLIN)
-        _drain(self._swake_r)  # a notify before this call is not news to it
+        wake_r, wake_w = socket.socketpair()
+        wake_r.setblocking(False)
+        wake_w.setblocking(False)
+        poller.register(wake_r.fileno(), select.POLLIN)
         with self._news_cond:
             notified = self._notified
-            self._syncers += 1  # from here the loop's news also wakes the poll below
+            self._sync_wakers.append(wake_w)  # from here news wakes the poll below
         failed = False
         try:
             while True:
@@ -546,7 +549,7 @@ class Fanout:
                 changed = False
                 for fd, _ in poller.poll(max(1, math.ceil(remaining * 1000))):
                     if fd not in by_fd:
-                        _drain(self._swake_r)
+                        _drain(wake_r)
                         continue
                     link, lk = by_fd[fd]
                     with lk.lock:
@@ -560,10 +563,12 @@ class Fanout:
                             elif lk.quiet:
                                 lk.news = False
                 if changed:
-                    self._bump_news()
+                    self._bump_news(wake_w)
         finally:
             with self._news_cond:
-                self._syncers -= 1
+                self._sync_wakers.remove(wake_w)
+            wake_r.close()
+            wake_w.close()
         if failed:
             self._wake()
         if count >= need and notice is not None:
@@ -665,8 +670,6 @@ class Fanout:
         self._sel.close()
         self._wake_r.close()
         self._wake_w.close()
-        self._swake_r.close()
-        self._swake_w.close()
         self._closed = True
 
     @property
