@@ -17,10 +17,8 @@ import json
 import logging
 import os
 import shlex
-import signal
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
@@ -52,6 +50,7 @@ from qjm.settings import (
     node_settings,
 )
 from qjm.status import UNKNOWN, format_status_table, node_health
+from qjm.stop_signal import wait_for_stop
 
 AddCommand = Callable[..., argparse.ArgumentParser]
 """``add_parser`` of the ``qjm`` command's subcommands: ``add(name, help=...)`` returns its parser."""
@@ -95,24 +94,18 @@ def serve_node(a: argparse.Namespace, hooks: JournalHooks | None = None) -> int:
     except InsecureBindError as e:
         print(f"qjm journalnode: {e}", file=sys.stderr)
         return 2
-    done = threading.Event()
-    got: list[str] = []
-
-    def on_signal(signum: int, _frame: object) -> None:
-        got.append(signal.Signals(signum).name)
-        done.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, on_signal)
     msg = (
         f"READY rpc={node.rpc_bind_address} data={node.data_bind_address} "
         f"advertised rpc={node.rpc_address} data={node.data_address} http={node.http_address}"
     )
-    log.info("%s", msg)
-    if a.ready_line:
-        print(msg, flush=True)
-    done.wait()
-    log.info("received %s: shutting down", got[0] if got else "a signal")
+
+    def ready() -> None:
+        log.info("%s", msg)
+        if a.ready_line:
+            print(msg, flush=True)
+
+    got = wait_for_stop(on_ready=ready)
+    log.info("received %s: shutting down", got)
     node.stop(grace=1.0)
     log.info("JournalNode stopped")
     return 0

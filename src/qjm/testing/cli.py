@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
-import threading
 
 from qjm.argtypes import duration, non_negative_int, positive_int, positive_seconds, seed_range
 from qjm.bench import driver as bench
 from qjm.cli import AddCommand
 from qjm.demo import run_demo
+from qjm.stop_signal import wait_for_stop
 from qjm.testing.bugs import ProtocolBugs
 from qjm.testing.chaos import ChaosConfig, run_chaos
 from qjm.testing.exhaustive import double_failure_sweep, explore, small_worlds
@@ -30,13 +29,7 @@ def _cluster_up(a: argparse.Namespace) -> int:
     with MiniJournalCluster(a.nodes, a.dir, journal_id=a.journal) as c:
         print(f"{a.nodes} JournalNodes up; data in {c.base_dir}")
         print(f"URI: {c.uri}")
-        print("Ctrl-C to stop.", flush=True)
-        done = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: done.set())
-        try:
-            done.wait()
-        except KeyboardInterrupt:
-            pass
+        wait_for_stop(on_ready=lambda: print("Ctrl-C to stop.", flush=True))
     return 0
 
 
