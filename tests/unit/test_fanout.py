@@ -522,6 +522,34 @@ def test_concurrent_sync_batches_each_see_their_quorum_and_notify(loop: Loop) ->
         _hang_up_all(f, links, mine, nodes)
 
 
+def test_more_concurrent_sync_batches_than_wake_up_slots_still_end_on_notify(loop: Loop) -> None:
+    # Past MAX_SYNCERS (64) a call has no eventfd of its own and looks again every few ms.
+    f = loop.fanout
+    groups = [_nodes(f, 1) for _ in range(70)]
+    out: queue.Queue[int] = queue.Queue()
+    callers = [
+        threading.Thread(target=lambda g=g: out.put(f.sync_batch(g[0], frame(1), 1, 1, None, WAIT))) for g in groups
+    ]
+    t0 = time.monotonic()
+    for t in callers:
+        t.start()
+    for _, _, nodes in groups:
+        recv_exactly(nodes[0], len(frame(1)))
+    ended: list[int] = []
+    while len(ended) < len(groups):  # a notify before a call began waiting is not news to it
+        f.notify()
+        try:
+            ended.append(out.get(timeout=0.05))
+        except queue.Empty:
+            pass
+        assert time.monotonic() - t0 < WAIT / 2
+    assert ended == [0] * len(groups)
+    for t in callers:
+        t.join(WAIT)
+    for links, mine, nodes in groups:
+        _hang_up_all(f, links, mine, nodes)
+
+
 def test_sync_batch_leaves_no_descriptor_behind(fo: ModuleType) -> None:
     f = fo.Fanout()
     links, mine, nodes = _nodes(f)

@@ -257,7 +257,7 @@ cdef class Fanout:
     cdef unsigned long long _news   # bumped when any link's acked advances or a link fails
     cdef unsigned long long _notified  # bumped by notify() alone: Python's own state changed
     cdef int _nwaiters
-    cdef int _syncers               # sync_batch calls polling their links (guarded by _nmu)
+    cdef int _syncers               # how many _sfds are set (_nmu): _bump_news scans them only then
     cdef bint _ninit
 
     cdef void _bump_news(self, int skip=*) noexcept nogil

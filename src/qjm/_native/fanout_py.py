@@ -246,12 +246,12 @@ class _Link:
             self.parse()
         self.cipher += outgoing.read()  # what the session answered (a key update), sent with the rest
 
-    def read_open(self) -> bool:
-        """``read``, then whether the link is still open."""
-        self.read()
+    def read(self) -> bool:
+        """Take in what the node sent; returns whether the link is still open."""
+        self._read()
         return self.open
 
-    def read(self) -> None:
+    def _read(self) -> None:
         while self.open:
             if self.tls is None and len(self.rbuf) >= _RBUF:
                 self.fail("reply", bytes(self.rbuf[:4]))
@@ -555,7 +555,7 @@ class Fanout:
                     with lk.lock:
                         if lk.open and self._links.get(link) is lk:
                             acked0 = lk.acked
-                            still_open = lk.read_open()
+                            still_open = lk.read()
                             changed = changed or lk.acked != acked0 or not still_open
                             if not still_open:
                                 self._unwatch(link, lk)
