@@ -17,7 +17,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -31,6 +31,7 @@ from qjm.protocol import wire
 NO_EXTENSIONS = os.environ.get("QJM_NO_EXTENSIONS", "") in ("1", "true", "yes")
 BACKENDS = ["py"] if NO_EXTENSIONS else ["py", "native"]
 WAIT = 10.0
+T = TypeVar("T")
 
 
 @pytest.fixture(params=BACKENDS)
@@ -480,6 +481,20 @@ def test_a_refusal_that_sync_batch_reads_is_reported_by_the_loop(loop: Loop) -> 
     _hang_up_all(f, links, mine, nodes)
 
 
+def _notify_until_all_end(f: Any, out: queue.Queue[T], calls: int, t0: float) -> list[T]:
+    """Call notify() until ``calls`` sync_batch calls have put their results in ``out``, within
+    WAIT / 2 of ``t0``: a notify before a call began waiting is not news to it, so one is not enough."""
+    ended: list[T] = []
+    while len(ended) < calls:
+        f.notify()
+        try:
+            ended.append(out.get(timeout=0.05))
+        except queue.Empty:
+            pass
+        assert time.monotonic() - t0 < WAIT / 2
+    return ended
+
+
 def test_concurrent_sync_batches_each_see_their_quorum_and_notify(loop: Loop) -> None:
     # Writers sharing one engine: each call waits on its own links with a wake-up of its own.
     f = loop.fanout
@@ -507,14 +522,7 @@ def test_concurrent_sync_batches_each_see_their_quorum_and_notify(loop: Loop) ->
     for _, _, nodes in groups:
         for n in nodes:
             recv_exactly(n, len(frame(4)))
-    ended: list[tuple[int, int]] = []
-    while len(ended) < len(groups):  # a notify before a call began waiting is not news to it
-        f.notify()
-        try:
-            ended.append(out.get(timeout=0.05))
-        except queue.Empty:
-            pass
-        assert time.monotonic() - t0 < WAIT / 2
+    ended = _notify_until_all_end(f, out, len(groups), t0)
     assert sorted(ended) == [(k, 0) for k in range(len(groups))]
     for t in callers:
         t.join(WAIT)
@@ -535,14 +543,7 @@ def test_more_concurrent_sync_batches_than_wake_up_slots_still_end_on_notify(loo
         t.start()
     for _, _, nodes in groups:
         recv_exactly(nodes[0], len(frame(1)))
-    ended: list[int] = []
-    while len(ended) < len(groups):  # a notify before a call began waiting is not news to it
-        f.notify()
-        try:
-            ended.append(out.get(timeout=0.05))
-        except queue.Empty:
-            pass
-        assert time.monotonic() - t0 < WAIT / 2
+    ended = _notify_until_all_end(f, out, len(groups), t0)
     assert ended == [0] * len(groups)
     for t in callers:
         t.join(WAIT)
