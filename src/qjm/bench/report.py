@@ -539,7 +539,7 @@ def plot_result(result: dict[str, Any], path: str) -> list[str]:
     """Four panels (matplotlib: the ``bench`` extra; the driver checks it is there before the run):
     the sync latency CDF, throughput with its spread, failover with its interquartile range, and
     the tail's staleness (or "not measured"). Returns the texts written: the title, each panel's
-    title, and the notes."""
+    title, the notes, the legends' entries and the throughput axis's tick labels."""
     import matplotlib  # the bench extra: only --plot needs it
 
     matplotlib.use("Agg")
@@ -585,7 +585,10 @@ def plot_result(result: dict[str, Any], path: str) -> list[str]:
         ax2.bar([i + offset for i in range(len(RECORD_SIZES))], vals, width, yerr=[lo, hi], capsize=2, label=name)
     ax2.set_xticks(range(len(RECORD_SIZES)), [f"{s} B records" for s in RECORD_SIZES])
     ax2.set_yscale("log")
+    # Less than a decade between the bars makes matplotlib label minor ticks too, in 10^x form:
+    # they get the same short labels, at 2, 3 and 5 times a power of ten only (no crowding).
     ax2.yaxis.set_major_formatter(FuncFormatter(lambda y, _: _si(y)))
+    ax2.yaxis.set_minor_formatter(FuncFormatter(lambda y, _: _si(y) if _leading_digit(y) in (2, 3, 5) else ""))
     ax2.set_ylabel("records/s (log scale)")
     ax2.set_title("pipelined throughput: median, whiskers min-max of the phases")
     ax2.legend(fontsize=7, ncol=2)
@@ -638,8 +641,14 @@ def plot_result(result: dict[str, Any], path: str) -> list[str]:
     fig.savefig(path, dpi=120)
     texts = [title] + [ax.get_title() for ax in axes.flat] + [t.get_text() for ax in axes.flat for t in ax.texts]
     texts += [t.get_text() for ax in axes.flat if ax.get_legend() is not None for t in ax.get_legend().get_texts()]
+    texts += [t.get_text() for minor in (False, True) for t in ax2.get_yticklabels(minor=minor) if t.get_text()]
     plt.close(fig)
     return texts
+
+
+def _leading_digit(v: float) -> int:
+    """The first significant digit of ``v`` > 0: 3 for 300000, 2 for 2.0e6."""
+    return int(round(v / 10 ** math.floor(math.log10(v)), 6))
 
 
 def _si(v: float) -> str:
