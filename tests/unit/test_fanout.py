@@ -5,6 +5,7 @@ FanoutLink that plugs the engine into RemoteLogger. Synchronisation is by queues
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import queue
@@ -73,9 +74,9 @@ class Loop:
                 return ev
 
 
-@pytest.fixture
-def loop(fo: ModuleType) -> Iterator[Loop]:
-    f = fo.Fanout()
+@contextlib.contextmanager
+def running(f: Any) -> Iterator[Loop]:
+    """``f`` with its loop running in a thread; stopped, joined and closed after."""
     events: queue.Queue[tuple[int, int, str, object]] = queue.Queue()
     t = threading.Thread(target=f.run, args=(lambda *a: events.put(a),), daemon=True)
     t.start()
@@ -85,6 +86,12 @@ def loop(fo: ModuleType) -> Iterator[Loop]:
     assert not t.is_alive()
     f.close()
     assert f.closed
+
+
+@pytest.fixture
+def loop(fo: ModuleType) -> Iterator[Loop]:
+    with running(fo.Fanout()) as lp:
+        yield lp
 
 
 def acked_is(txid: int) -> Callable[[tuple[int, int, str, object]], bool]:
@@ -442,7 +449,8 @@ def _wait_acked(f: Any, link: int, txid: int) -> None:
 
 
 def test_after_sync_batch_the_loop_reads_the_late_acks_again(loop: Loop) -> None:
-    # While sync_batch waits the loop does not watch its links for input; it must again after.
+    # While sync_batch waits the loop does not watch its links for input; it must again after
+    # (on the native engine once the links have been parked idle for park_seconds).
     f = loop.fanout
     links, mine, nodes = _nodes(f)
     fr = frame(1)
@@ -459,6 +467,74 @@ def test_after_sync_batch_the_loop_reads_the_late_acks_again(loop: Loop) -> None
     nodes[0].sendall(wire.encode_ack(2))
     _wait_acked(f, links[0], 2)
     _hang_up_all(f, links, mine, nodes)
+
+
+PARKED_FOR_GOOD = 3600.0  # longer than any test: only a send or a sync_batch releases a parked link
+
+
+def test_a_send_on_a_parked_link_gives_it_back_to_the_loop_at_once(fo: ModuleType) -> None:
+    # At its quorum a sync_batch leaves its links parked: the slowest node's ack stays unread for
+    # the next sync_batch. A batch sent the usual way must not wait for that: its acks come
+    # through the loop, the one held back included.
+    with running(fo.Fanout(park_seconds=PARKED_FOR_GOOD)) as lp:
+        f = lp.fanout
+        links, mine, nodes = _nodes(f)
+        fr = frame(1)
+        answers = [_answer(n, len(fr), 1 if i < 2 else None) for i, n in enumerate(nodes)]
+        assert f.sync_batch(links, fr, 1, 2, None, WAIT) == 2
+        for t in answers:
+            t.join(WAIT)
+        nodes[2].sendall(wire.encode_ack(1))  # the slowest node's ack, after the call returned
+        late = frame(2)
+        assert f.send(links[2], late, 2) == 0
+        assert recv_exactly(nodes[2], len(late)) == late
+        _wait_acked(f, links[2], 1)
+        nodes[2].sendall(wire.encode_ack(2))
+        _wait_acked(f, links[2], 2)
+        _hang_up_all(f, links, mine, nodes)
+
+
+def test_a_sync_batch_short_of_its_quorum_leaves_its_links_to_the_loop(fo: ModuleType) -> None:
+    # The caller then waits on the loop for the acks still to come: nothing may stay parked.
+    with running(fo.Fanout(park_seconds=PARKED_FOR_GOOD)) as lp:
+        f = lp.fanout
+        links, mine, nodes = _nodes(f)
+        fr = frame(1)
+        answers = [_answer(n, len(fr), 1 if i == 0 else None) for i, n in enumerate(nodes)]
+        assert f.sync_batch(links, fr, 1, 2, None, 0.2) == 1
+        for t in answers:
+            t.join(WAIT)
+        nodes[1].sendall(wire.encode_ack(1))
+        _wait_acked(f, links[1], 1)
+        assert f.quorum_txid(links) == 1
+        _hang_up_all(f, links, mine, nodes)
+
+
+def test_the_next_sync_batch_reads_the_ack_a_parked_link_held_back(fo: ModuleType) -> None:
+    # The parked link's late ack and its next one are read by the next call: its quorum needs them.
+    with running(fo.Fanout(park_seconds=PARKED_FOR_GOOD)) as lp:
+        f = lp.fanout
+        links, mine, nodes = _nodes(f)
+        fr = frame(1)
+        answers = [_answer(n, len(fr), 1 if i < 2 else None) for i, n in enumerate(nodes)]
+        assert f.sync_batch(links, fr, 1, 2, None, WAIT) == 2
+        for t in answers:
+            t.join(WAIT)
+        nodes[2].sendall(wire.encode_ack(1))
+        fr2 = frame(2)
+        answers = [_answer(n, len(fr2), 2 if i != 1 else None) for i, n in enumerate(nodes)]
+        assert f.sync_batch(links, fr2, 2, 2, None, WAIT) == 2
+        assert [f.acked(link) for link in links] == [2, 1, 2]
+        for t in answers:
+            t.join(WAIT)
+        _hang_up_all(f, links, mine, nodes)
+
+
+def test_park_seconds_must_be_a_duration(fo: ModuleType) -> None:
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(ValueError, match="park_seconds"):
+            fo.Fanout(park_seconds=bad)
+    fo.Fanout(park_seconds=0).close()  # 0: never parked
 
 
 def test_a_refusal_that_sync_batch_reads_is_reported_by_the_loop(loop: Loop) -> None:

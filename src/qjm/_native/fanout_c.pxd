@@ -223,6 +223,8 @@ ctypedef struct link_t:
     uint64_t reported
     bint out_armed
     bint held                       # a sync_batch reads this link's input: the loop does not watch it
+    bint parked                     # held between sync_batch calls; released when idle or sent to
+    long long parked_ns             # CLOCK_MONOTONIC when it was parked
     bint news                       # acked advanced or a failure to report
     bint registered
     unsigned char *rbuf
@@ -258,11 +260,17 @@ cdef class Fanout:
     cdef unsigned long long _notified  # bumped by notify() alone: Python's own state changed
     cdef int _nwaiters
     cdef int _syncers               # how many _sfds are set (_nmu): _bump_news scans them only then
+    cdef long long _park_ns         # how long a link stays parked after its last sync_batch (0: never)
+    cdef int _nparked               # links parked (_nmu; counted after the link's own mutex is let go)
+    cdef bint _timed                # the loop waits with a timeout, to release parked links (_nmu)
     cdef bint _ninit
 
     cdef void _bump_news(self, int skip=*) noexcept nogil
 
     cdef link_t *_get(self, object link, int *slot) except NULL
+    cdef object _send(self, object link, bytes frame, unsigned long long last_txid, bytes prefix, bint release)
+    cdef void _parked_delta(self, int d, bint wake_loop) noexcept nogil
+    cdef void _release_idle(self) noexcept nogil
     cdef int _report(self, int s, object callback) except -1
 
 

@@ -520,7 +520,8 @@ cdef inline unsigned long long _token(link_t *links, link_t *l) noexcept nogil:
 
 cdef void _hold(int ep, link_t *links, link_t *l, bint held) noexcept nogil:
     # A link held by a sync_batch is read by that call's thread: the loop stops watching it for
-    # input (a hang-up still wakes it) until the call lets go. The caller holds l.mu.
+    # input (a hang-up still wakes it) until the call lets go, or, parked, until it is released
+    # (_unpark). The caller holds l.mu.
     cdef epoll_event ev
     if l.held == held or l.state != L_OPEN:
         return
@@ -529,6 +530,22 @@ cdef void _hold(int ep, link_t *links, link_t *l, bint held) noexcept nogil:
         ev.events = (0 if held else EPOLLIN) | EPOLLRDHUP | (EPOLLOUT if l.out_armed else 0)
         ev.data.u64 = _token(links, l)
         epoll_ctl(ep, EPOLL_CTL_MOD, l.fd, &ev)
+
+
+cdef bint _unpark(int ep, link_t *links, link_t *l) noexcept nogil:
+    # Give a parked link back to the loop, which reads whatever input waits (level-triggered).
+    # The caller holds l.mu; True if it was parked (the caller then counts it out, _parked_delta).
+    if not l.parked:
+        return False
+    l.parked = False
+    _hold(ep, links, l, False)
+    return True
+
+
+cdef long long _now_ns() noexcept nogil:
+    cdef timespec t
+    clock_gettime(CLOCK_MONOTONIC, &t)
+    return <long long>t.tv_sec * 1000000000 + t.tv_nsec
 
 
 cdef int _enqueue(int ep, link_t *links, link_t *l, PyObject *pre, const char *prep, Py_ssize_t npre,
@@ -700,11 +717,21 @@ cdef inline void _deadline(timespec *ts, double timeout) noexcept nogil:
 
 
 cdef class Fanout:
-    """Pipelined sender to many nodes: one epoll loop, one non-blocking connection per link."""
+    """Pipelined sender to many nodes: one epoll loop, one non-blocking connection per link.
+
+    ``park_seconds``: after a ``sync_batch`` that reached its quorum, its links stay held by the
+    syncing side (parked) for that long, so that a writer syncing batch after batch does not hand
+    them to the loop and take them back each time, nor wake the loop for the slowest node's ack:
+    the next ``sync_batch`` reads it. A ``send`` on a parked link releases it at once; the loop
+    releases links idle that long (0: never parked). A hang-up still reaches the loop at once.
+    """
 
     def __cinit__(self):
         cdef int i
         cdef epoll_event ev
+        self._park_ns = 2000000
+        self._nparked = 0
+        self._timed = False
         self._ep = -1
         self._wake = -1
         for i in range(MAX_SYNCERS):
@@ -735,6 +762,13 @@ cdef class Fanout:
         ev.data.u64 = WAKE
         if epoll_ctl(self._ep, EPOLL_CTL_ADD, self._wake, &ev) != 0:
             raise OSError(errno, os.strerror(errno))
+
+    def __init__(self, double park_seconds=0.002):
+        if not (park_seconds >= 0):
+            raise ValueError(f"park_seconds must be >= 0, got {park_seconds}")
+        if self._running or self._nslots:
+            raise RuntimeError("Fanout.__init__ on an engine in use")
+        self._park_ns = <long long>(min(park_seconds, 3600.0) * 1e9)
 
     def __dealloc__(self):
         cdef int i
@@ -782,6 +816,38 @@ cdef class Fanout:
                 if self._sfds[i] >= 0 and self._sfds[i] != skip:
                     <void>c_write(self._sfds[i], &one, 8)
         pthread_mutex_unlock(&self._nmu)
+
+    cdef void _parked_delta(self, int d, bint wake_loop) noexcept nogil:
+        # Count the links a sync_batch holds or has parked (d > 0: taken, d < 0: given back to the
+        # loop). Parking while the loop waits with no timeout wakes it once (wake_loop), so that it
+        # starts timing their release.
+        cdef unsigned long long one = 1
+        cdef bint wake = False
+        if d == 0 and not wake_loop:
+            return
+        pthread_mutex_lock(&self._nmu)
+        self._nparked += d
+        wake = wake_loop and not self._timed
+        if wake:
+            self._timed = True
+        pthread_mutex_unlock(&self._nmu)
+        if wake:
+            <void>c_write(self._wake, &one, 8)
+
+    cdef void _release_idle(self) noexcept nogil:
+        # The loop's round: release every link parked for _park_ns or more (or failed meanwhile).
+        cdef long long now = _now_ns()
+        cdef int s
+        cdef int released = 0
+        cdef link_t *l
+        for s in range(self._nslots):
+            l = &self._links[s]
+            pthread_mutex_lock(&l.mu)
+            if l.parked and (l.state != L_OPEN or now - l.parked_ns >= self._park_ns):
+                if _unpark(self._ep, self._links, l):
+                    released += 1
+            pthread_mutex_unlock(&l.mu)
+        self._parked_delta(-released, False)
 
     cdef link_t *_get(self, object link, int *slot) except NULL:
         cdef long long v = link
@@ -863,6 +929,7 @@ cdef class Fanout:
         l.acked = l.reported = 0
         l.out_armed = False
         l.held = False
+        l.parked = False
         l.news = False
         l.rlen = 0
         l.fail_kind = F_NONE
@@ -892,8 +959,12 @@ cdef class Fanout:
 
         Returns 0 when queued, 1 when the link's window was full (nothing queued; the link fails),
         -1 when the link has failed. Failures (a full window, a write error) are reported by
-        ``run``'s callback, never raised here.
+        ``run``'s callback, never raised here. A parked link is released first: the loop reads
+        its acks from here on.
         """
+        return self._send(link, frame, last_txid, prefix, True)
+
+    cdef object _send(self, object link, bytes frame, unsigned long long last_txid, bytes prefix, bint release):
         cdef int s = 0
         cdef link_t *l = self._get(link, &s)
         cdef PyObject *pre = NULL
@@ -908,6 +979,13 @@ cdef class Fanout:
         cdef int ep = self._ep
         cdef link_t *links = self._links
         cdef unsigned long long one = 1
+        cdef bint released = False
+        if release:
+            with nogil:
+                pthread_mutex_lock(&l.mu)
+                released = _unpark(ep, links, l)
+                pthread_mutex_unlock(&l.mu)
+                self._parked_delta(-1 if released else 0, False)
         if prefix is not None:
             pre = <PyObject *>prefix
             prep = PyBytes_AS_STRING(prefix)
@@ -936,7 +1014,10 @@ cdef class Fanout:
         cdef link_t *l = self._get(link, &s)
         cdef PyObject **rel
         cdef Py_ssize_t nrel
+        cdef bint was_parked
         pthread_mutex_lock(&l.mu)
+        was_parked = l.parked
+        l.parked = False
         _deregister(self._ep, l)
         _drop_queue(l)
         rel = l.rel
@@ -955,6 +1036,7 @@ cdef class Fanout:
         l.state = L_FREE
         l.gen += 1
         pthread_mutex_unlock(&l.mu)
+        self._parked_delta(-1 if was_parked else 0, False)
         _drop_refs(rel, nrel)
         self._socks.pop(s, None)
 
@@ -1070,6 +1152,12 @@ cdef class Fanout:
         cdef unsigned long long junk = 0
         cdef unsigned long long one = 1
         cdef int ep = self._ep
+        cdef int taken = 0
+        cdef int parked = 0
+        cdef int let_go = 0
+        cdef bint *mine
+        cdef bint park = False
+        cdef long long now = 0
         if timeout != timeout:
             raise ValueError("timeout is NaN")
         if timeout > 1e6:
@@ -1079,10 +1167,12 @@ cdef class Fanout:
         slots = <int *>malloc(n * sizeof(int))
         gens = <unsigned int *>malloc(n * sizeof(unsigned int))
         pfds = <pollfd *>malloc((n + 1) * sizeof(pollfd))
-        if slots == NULL or gens == NULL or pfds == NULL:
+        mine = <bint *>malloc(n * sizeof(bint))
+        if slots == NULL or gens == NULL or pfds == NULL or mine == NULL:
             free(slots)
             free(gens)
             free(pfds)
+            free(mine)
             raise MemoryError()
         try:
             for i in range(n):
@@ -1091,7 +1181,7 @@ cdef class Fanout:
                 gens[i] = l.gen
             for i in range(n):
                 try:
-                    self.send(links[i], frame, last_txid)
+                    self._send(links[i], frame, last_txid, None, False)
                 except ValueError:
                     pass  # it left the engine while a large send ran without the GIL: gone, below
             arr = self._links
@@ -1106,10 +1196,19 @@ cdef class Fanout:
             with nogil:
                 for i in range(n):
                     l = &arr[slots[i]]
+                    mine[i] = False
                     pthread_mutex_lock(&l.mu)
                     if l.gen == gens[i]:
-                        _hold(ep, arr, l, True)
+                        if l.parked:
+                            l.parked = False    # this call's now: held (and counted) already, no syscall
+                            mine[i] = True
+                        elif not l.held:
+                            _hold(ep, arr, l, True)
+                            if l.held:
+                                mine[i] = True
+                                taken += 1
                     pthread_mutex_unlock(&l.mu)
+                self._parked_delta(taken, False)
                 pthread_mutex_lock(&self._nmu)
                 notified = self._notified
                 if efd >= 0:
@@ -1184,24 +1283,39 @@ cdef class Fanout:
                 pthread_mutex_unlock(&self._nmu)
                 if efd >= 0:
                     c_close(efd)
+                # At a quorum the links stay held (parked) for the next sync_batch, the slowest
+                # node's ack unread until then; otherwise the loop takes them back at once, and
+                # reads what is left (the caller waits on the loop for the rest).
+                park = count >= need and self._park_ns > 0
+                now = _now_ns() if park else 0
                 for i in range(n):
+                    if not mine[i]:
+                        continue
                     l = &arr[slots[i]]
                     pthread_mutex_lock(&l.mu)
-                    if l.gen == gens[i]:
-                        _hold(ep, arr, l, False)  # input left unread wakes the loop at once
+                    if l.gen == gens[i] and park and l.state == L_OPEN:
+                        l.parked = True
+                        l.parked_ns = now
+                        parked += 1
+                    else:
+                        if l.gen == gens[i]:
+                            _hold(ep, arr, l, False)  # input left unread wakes the loop at once
+                        let_go += 1                   # (a link removed meanwhile is counted out too)
                     pthread_mutex_unlock(&l.mu)
+                self._parked_delta(-let_go, parked > 0)
                 if failed:
                     <void>c_write(self._wake, &one, 8)
             if count >= need and notice is not None:
                 for i in range(n):
                     try:
-                        self.send(links[i], notice)
+                        self._send(links[i], notice, 0, None, False)
                     except ValueError:
                         pass  # the link left the engine meanwhile: its node is out of sync already
         finally:
             free(slots)
             free(gens)
             free(pfds)
+            free(mine)
         return count
 
     def run(self, callback):
@@ -1226,6 +1340,10 @@ cdef class Fanout:
         cdef bint changed
         cdef uint64_t acked0
         cdef int e
+        cdef int wait_ms
+        cdef long long next_round = 0
+        cdef long long park_ns = self._park_ns
+        cdef int park_ms = <int>((park_ns + 999999) // 1000000) if park_ns < 3600000000000 else 3600000
         if links == NULL or ep < 0:
             raise ValueError("Fanout is closed")
         if self._running:
@@ -1238,7 +1356,15 @@ cdef class Fanout:
                 woke = False
                 changed = False
                 with nogil:
-                    n = epoll_wait(ep, evs, MAX_EVENTS, -1)
+                    # While links are parked the wait is timed, to release the idle ones.
+                    pthread_mutex_lock(&self._nmu)
+                    self._timed = self._nparked > 0 and park_ns > 0
+                    wait_ms = park_ms if self._timed else -1
+                    pthread_mutex_unlock(&self._nmu)
+                    n = epoll_wait(ep, evs, MAX_EVENTS, wait_ms)
+                    if wait_ms >= 0 and _now_ns() >= next_round:
+                        self._release_idle()
+                        next_round = _now_ns() + park_ns // 2
                     for i in range(n):
                         tok = evs[i].data.u64
                         if tok == WAKE:

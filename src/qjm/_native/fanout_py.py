@@ -283,9 +283,17 @@ def _drain(sock: socket.socket) -> None:
 
 
 class Fanout:
-    """Pipelined sender to many nodes: one selector loop, one non-blocking connection per link."""
+    """Pipelined sender to many nodes: one selector loop, one non-blocking connection per link.
 
-    def __init__(self) -> None:
+    ``park_seconds`` is checked as the native engine checks it and otherwise unused: this loop
+    watches every link at all times, so a sync_batch has nothing to keep parked (the native
+    engine's parking saves system calls and wake-ups, not behaviour anyone can observe beyond
+    when the slowest node's ack is read).
+    """
+
+    def __init__(self, park_seconds: float = 0.002) -> None:
+        if not park_seconds >= 0:
+            raise ValueError(f"park_seconds must be >= 0, got {park_seconds}")
         self._sel = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
