@@ -35,7 +35,6 @@ class Fanout:
     """Pipelined sender to many nodes: one epoll loop, one non-blocking connection per link."""
 
     def __init__(self, park_seconds: float = 0.002) -> None: ...
-
     def add_link(
         self,
         sock: socket.socket,
