@@ -418,6 +418,20 @@ def test_the_plot_has_every_panel_and_says_when_it_is_a_smoke_run(tmp_path: Path
         assert not [t for t in texts if "times 10" in t or "\\times" in t or "^" in t], "a tick in 10^x form"
 
 
+def test_over_several_decades_the_throughput_axis_labels_its_major_ticks_only(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    fast = report.summarise({"latency": [[0.0003]], "tput100": [2.4e6], "tput1024": [3e5], "failover": [0.005]})
+    slow = report.summarise({"latency": [[0.002]], "tput100": [2.5e3], "tput1024": [2.2e3], "failover": [0.005]})
+    result = {
+        "smoke": False,
+        "machine": {"qjm_version": "0.1.0", "commit": "abc", "cpus": 2},
+        "summary": {"floor": fast, "native": fast, "pure": slow},
+        "raw": {k: {"latency": [[0.0003]]} for k in ("floor", "native", "pure")},
+    }
+    ticks = [t for t in report.plot_result(result, str(tmp_path / "p.png")) if t[:1].isdigit()]
+    assert {"10k", "100k", "1M"} <= set(ticks) and not {"3k", "20k", "300k"} & set(ticks), ticks
+
+
 def test_the_table_gives_each_figure_with_its_spread_and_says_when_tail_staleness_was_not_measured() -> None:
     cpu = {"cpu_user_ns": 10.0, "cpu_kernel_ns": 20.0}
     s = report.summarise({"latency": [[0.0003], [0.0005], [0.0004]], "tput100": [9e5, 8e5], "tput1024": [1e5, 2e5],
