@@ -472,62 +472,69 @@ def test_after_sync_batch_the_loop_reads_the_late_acks_again(loop: Loop) -> None
 PARKED_FOR_GOOD = 3600.0  # longer than any test: only a send or a sync_batch releases a parked link
 
 
-def test_a_send_on_a_parked_link_gives_it_back_to_the_loop_at_once(fo: ModuleType) -> None:
+@pytest.fixture
+def parked(fo: ModuleType) -> Iterator[tuple[Any, list[int], list[socket.socket]]]:
+    """(engine, links, nodes): three links on an engine whose parked links stay parked for good,
+    its loop running; hung up after the test."""
+    with running(fo.Fanout(park_seconds=PARKED_FOR_GOOD)) as lp:
+        links, mine, nodes = _nodes(lp.fanout)
+        yield lp.fanout, links, nodes
+        _hang_up_all(lp.fanout, links, mine, nodes)
+
+
+def _sync_then_slowest_acks(f: Any, links: list[int], nodes: list[socket.socket]) -> None:
+    """A sync_batch of txid 1 that nodes 0 and 1 ack; node 2 acks it once the call has returned."""
+    fr = frame(1)
+    answers = [_answer(n, len(fr), 1 if i < 2 else None) for i, n in enumerate(nodes)]
+    assert f.sync_batch(links, fr, 1, 2, None, WAIT) == 2
+    for t in answers:
+        t.join(WAIT)
+    nodes[2].sendall(wire.encode_ack(1))
+
+
+def test_a_send_on_a_parked_link_gives_it_back_to_the_loop_at_once(
+    parked: tuple[Any, list[int], list[socket.socket]],
+) -> None:
     # At its quorum a sync_batch leaves its links parked: the slowest node's ack stays unread for
     # the next sync_batch. A batch sent the usual way must not wait for that: its acks come
     # through the loop, the one held back included.
-    with running(fo.Fanout(park_seconds=PARKED_FOR_GOOD)) as lp:
-        f = lp.fanout
-        links, mine, nodes = _nodes(f)
-        fr = frame(1)
-        answers = [_answer(n, len(fr), 1 if i < 2 else None) for i, n in enumerate(nodes)]
-        assert f.sync_batch(links, fr, 1, 2, None, WAIT) == 2
-        for t in answers:
-            t.join(WAIT)
-        nodes[2].sendall(wire.encode_ack(1))  # the slowest node's ack, after the call returned
-        late = frame(2)
-        assert f.send(links[2], late, 2) == 0
-        assert recv_exactly(nodes[2], len(late)) == late
-        _wait_acked(f, links[2], 1)
-        nodes[2].sendall(wire.encode_ack(2))
-        _wait_acked(f, links[2], 2)
-        _hang_up_all(f, links, mine, nodes)
+    f, links, nodes = parked
+    _sync_then_slowest_acks(f, links, nodes)
+    late = frame(2)
+    assert f.send(links[2], late, 2) == 0
+    assert recv_exactly(nodes[2], len(late)) == late
+    _wait_acked(f, links[2], 1)
+    nodes[2].sendall(wire.encode_ack(2))
+    _wait_acked(f, links[2], 2)
 
 
-def test_a_sync_batch_short_of_its_quorum_leaves_its_links_to_the_loop(fo: ModuleType) -> None:
+def test_a_sync_batch_short_of_its_quorum_leaves_its_links_to_the_loop(
+    parked: tuple[Any, list[int], list[socket.socket]],
+) -> None:
     # The caller then waits on the loop for the acks still to come: nothing may stay parked.
-    with running(fo.Fanout(park_seconds=PARKED_FOR_GOOD)) as lp:
-        f = lp.fanout
-        links, mine, nodes = _nodes(f)
-        fr = frame(1)
-        answers = [_answer(n, len(fr), 1 if i == 0 else None) for i, n in enumerate(nodes)]
-        assert f.sync_batch(links, fr, 1, 2, None, 0.2) == 1
-        for t in answers:
-            t.join(WAIT)
-        nodes[1].sendall(wire.encode_ack(1))
-        _wait_acked(f, links[1], 1)
-        assert f.quorum_txid(links) == 1
-        _hang_up_all(f, links, mine, nodes)
+    f, links, nodes = parked
+    fr = frame(1)
+    answers = [_answer(n, len(fr), 1 if i == 0 else None) for i, n in enumerate(nodes)]
+    assert f.sync_batch(links, fr, 1, 2, None, 0.2) == 1
+    for t in answers:
+        t.join(WAIT)
+    nodes[1].sendall(wire.encode_ack(1))
+    _wait_acked(f, links[1], 1)
+    assert f.quorum_txid(links) == 1
 
 
-def test_the_next_sync_batch_reads_the_ack_a_parked_link_held_back(fo: ModuleType) -> None:
+def test_the_next_sync_batch_reads_the_ack_a_parked_link_held_back(
+    parked: tuple[Any, list[int], list[socket.socket]],
+) -> None:
     # The parked link's late ack and its next one are read by the next call: its quorum needs them.
-    with running(fo.Fanout(park_seconds=PARKED_FOR_GOOD)) as lp:
-        f = lp.fanout
-        links, mine, nodes = _nodes(f)
-        fr = frame(1)
-        answers = [_answer(n, len(fr), 1 if i < 2 else None) for i, n in enumerate(nodes)]
-        assert f.sync_batch(links, fr, 1, 2, None, WAIT) == 2
-        for t in answers:
-            t.join(WAIT)
-        nodes[2].sendall(wire.encode_ack(1))
-        fr2 = frame(2)
-        answers = [_answer(n, len(fr2), 2 if i != 1 else None) for i, n in enumerate(nodes)]
-        assert f.sync_batch(links, fr2, 2, 2, None, WAIT) == 2
-        assert [f.acked(link) for link in links] == [2, 1, 2]
-        for t in answers:
-            t.join(WAIT)
-        _hang_up_all(f, links, mine, nodes)
+    f, links, nodes = parked
+    _sync_then_slowest_acks(f, links, nodes)
+    fr2 = frame(2)
+    answers = [_answer(n, len(fr2), 2 if i != 1 else None) for i, n in enumerate(nodes)]
+    assert f.sync_batch(links, fr2, 2, 2, None, WAIT) == 2
+    assert [f.acked(link) for link in links] == [2, 1, 2]
+    for t in answers:
+        t.join(WAIT)
 
 
 def test_park_seconds_must_be_a_duration(fo: ModuleType) -> None:
