@@ -261,7 +261,8 @@ cdef class Fanout:
     cdef int _nwaiters
     cdef int _syncers               # how many _sfds are set (_nmu): _bump_news scans them only then
     cdef long long _park_ns         # how long a link stays parked after its last sync_batch (0: never)
-    cdef int _nparked               # links parked (_nmu; counted after the link's own mutex is let go)
+    cdef int _nheld                 # links a sync_batch holds or has parked (_nmu; counted after the
+                                    # link's own mutex is let go): the loop's wait is timed while > 0
     cdef bint _timed                # the loop waits with a timeout, to release parked links (_nmu)
     cdef bint _ninit
 
@@ -269,8 +270,8 @@ cdef class Fanout:
 
     cdef link_t *_get(self, object link, int *slot) except NULL
     cdef object _send(self, object link, bytes frame, unsigned long long last_txid, bytes prefix, bint release)
-    cdef void _parked_delta(self, int d, bint wake_loop) noexcept nogil
-    cdef void _release_idle(self) noexcept nogil
+    cdef void _held_delta(self, int d, bint wake_loop) noexcept nogil
+    cdef void _release_idle(self, long long now) noexcept nogil
     cdef int _report(self, int s, object callback) except -1
 
 

@@ -534,7 +534,7 @@ cdef void _hold(int ep, link_t *links, link_t *l, bint held) noexcept nogil:
 
 cdef bint _unpark(int ep, link_t *links, link_t *l) noexcept nogil:
     # Give a parked link back to the loop, which reads whatever input waits (level-triggered).
-    # The caller holds l.mu; True if it was parked (the caller then counts it out, _parked_delta).
+    # The caller holds l.mu; True if it was parked (the caller then counts it out, _held_delta).
     if not l.parked:
         return False
     l.parked = False
@@ -550,16 +550,19 @@ cdef long long _now_ns() noexcept nogil:
 
 cdef int _enqueue(int ep, link_t *links, link_t *l, PyObject *pre, const char *prep, Py_ssize_t npre,
                   PyObject *fr, const char *frp, Py_ssize_t n, uint64_t last, PyObject ***rel,
-                  Py_ssize_t *nrel) noexcept nogil:
+                  Py_ssize_t *nrel, bint release, bint *released) noexcept nogil:
     # 0 queued, 1 window full (nothing queued; the link fails), -1 link failed (nothing queued),
     # -2 out of memory (nothing queued), -3 queued but the write failed (the link fails; the queue,
     # this frame included, went to *rel).
+    # With ``release``, a parked link is first given back to the loop (*released says whether it
+    # was: the caller counts it out once the link's mutex is let go).
     # A failure is reported by the loop (the caller wakes it when the link has news), never here:
     # the caller may hold locks its on-failure handler needs.
     cdef int rc = 0
     cdef bint was_empty
     cdef int e
     pthread_mutex_lock(&l.mu)
+    released[0] = release and _unpark(ep, links, l)
     if l.state != L_OPEN:
         rc = -1
     elif last and (l.fllen - l.flhead >= l.max_count
@@ -730,7 +733,7 @@ cdef class Fanout:
         cdef int i
         cdef epoll_event ev
         self._park_ns = 2000000
-        self._nparked = 0
+        self._nheld = 0
         self._timed = False
         self._ep = -1
         self._wake = -1
@@ -817,7 +820,7 @@ cdef class Fanout:
                     <void>c_write(self._sfds[i], &one, 8)
         pthread_mutex_unlock(&self._nmu)
 
-    cdef void _parked_delta(self, int d, bint wake_loop) noexcept nogil:
+    cdef void _held_delta(self, int d, bint wake_loop) noexcept nogil:
         # Count the links a sync_batch holds or has parked (d > 0: taken, d < 0: given back to the
         # loop). Parking while the loop waits with no timeout wakes it once (wake_loop), so that it
         # starts timing their release.
@@ -826,7 +829,7 @@ cdef class Fanout:
         if d == 0 and not wake_loop:
             return
         pthread_mutex_lock(&self._nmu)
-        self._nparked += d
+        self._nheld += d
         wake = wake_loop and not self._timed
         if wake:
             self._timed = True
@@ -834,9 +837,8 @@ cdef class Fanout:
         if wake:
             <void>c_write(self._wake, &one, 8)
 
-    cdef void _release_idle(self) noexcept nogil:
+    cdef void _release_idle(self, long long now) noexcept nogil:
         # The loop's round: release every link parked for _park_ns or more (or failed meanwhile).
-        cdef long long now = _now_ns()
         cdef int s
         cdef int released = 0
         cdef link_t *l
@@ -847,7 +849,7 @@ cdef class Fanout:
                 if _unpark(self._ep, self._links, l):
                     released += 1
             pthread_mutex_unlock(&l.mu)
-        self._parked_delta(-released, False)
+        self._held_delta(-released, False)
 
     cdef link_t *_get(self, object link, int *slot) except NULL:
         cdef long long v = link
@@ -980,12 +982,6 @@ cdef class Fanout:
         cdef link_t *links = self._links
         cdef unsigned long long one = 1
         cdef bint released = False
-        if release:
-            with nogil:
-                pthread_mutex_lock(&l.mu)
-                released = _unpark(ep, links, l)
-                pthread_mutex_unlock(&l.mu)
-                self._parked_delta(-1 if released else 0, False)
         if prefix is not None:
             pre = <PyObject *>prefix
             prep = PyBytes_AS_STRING(prefix)
@@ -994,9 +990,11 @@ cdef class Fanout:
         Py_INCREF(frame)
         if n + npre >= NOGIL_SEND:
             with nogil:
-                rc = _enqueue(ep, links, l, pre, prep, npre, fr, frp, n, last_txid, &rel, &nrel)
+                rc = _enqueue(ep, links, l, pre, prep, npre, fr, frp, n, last_txid, &rel, &nrel, release, &released)
         else:
-            rc = _enqueue(ep, links, l, pre, prep, npre, fr, frp, n, last_txid, &rel, &nrel)
+            rc = _enqueue(ep, links, l, pre, prep, npre, fr, frp, n, last_txid, &rel, &nrel, release, &released)
+        if released:
+            self._held_delta(-1, False)
         if rc != 0 and rc != -3:
             Py_DECREF(frame)
             if prefix is not None:
@@ -1036,7 +1034,7 @@ cdef class Fanout:
         l.state = L_FREE
         l.gen += 1
         pthread_mutex_unlock(&l.mu)
-        self._parked_delta(-1 if was_parked else 0, False)
+        self._held_delta(-1 if was_parked else 0, False)
         _drop_refs(rel, nrel)
         self._socks.pop(s, None)
 
@@ -1208,7 +1206,7 @@ cdef class Fanout:
                                 mine[i] = True
                                 taken += 1
                     pthread_mutex_unlock(&l.mu)
-                self._parked_delta(taken, False)
+                self._held_delta(taken, False)
                 pthread_mutex_lock(&self._nmu)
                 notified = self._notified
                 if efd >= 0:
@@ -1302,7 +1300,7 @@ cdef class Fanout:
                             _hold(ep, arr, l, False)  # input left unread wakes the loop at once
                         let_go += 1                   # (a link removed meanwhile is counted out too)
                     pthread_mutex_unlock(&l.mu)
-                self._parked_delta(-let_go, parked > 0)
+                self._held_delta(-let_go, parked > 0)
                 if failed:
                     <void>c_write(self._wake, &one, 8)
             if count >= need and notice is not None:
@@ -1342,6 +1340,7 @@ cdef class Fanout:
         cdef int e
         cdef int wait_ms
         cdef long long next_round = 0
+        cdef long long now
         cdef long long park_ns = self._park_ns
         cdef int park_ms = <int>((park_ns + 999999) // 1000000) if park_ns < 3600000000000 else 3600000
         if links == NULL or ep < 0:
@@ -1358,13 +1357,15 @@ cdef class Fanout:
                 with nogil:
                     # While links are parked the wait is timed, to release the idle ones.
                     pthread_mutex_lock(&self._nmu)
-                    self._timed = self._nparked > 0 and park_ns > 0
+                    self._timed = self._nheld > 0 and park_ns > 0
                     wait_ms = park_ms if self._timed else -1
                     pthread_mutex_unlock(&self._nmu)
                     n = epoll_wait(ep, evs, MAX_EVENTS, wait_ms)
-                    if wait_ms >= 0 and _now_ns() >= next_round:
-                        self._release_idle()
-                        next_round = _now_ns() + park_ns // 2
+                    if wait_ms >= 0:
+                        now = _now_ns()
+                        if now >= next_round:
+                            self._release_idle(now)
+                            next_round = now + park_ns // 2
                     for i in range(n):
                         tok = evs[i].data.u64
                         if tok == WAKE:
