@@ -52,9 +52,6 @@ PROBES = {
     "libxxhash": r"""#include <xxhash.h>
 int main(void) { return XXH3_64bits("", 0) == 0; }
 """,
-    "xxh3_dispatch": r"""#include <xxh_x86dispatch.h>
-int main(void) { return XXH3_64bits_dispatch("", 0) == 0; }
-""",
     "openssl": r"""#include <openssl/ssl.h>
 int main(void) { SSL_CTX *c = SSL_CTX_new(TLS_client_method()); SSL_CTX_free(c); return c == 0; }
 """,
@@ -65,8 +62,6 @@ int main(void) { struct io_uring r; if (io_uring_queue_init(2, &r, 0) == 0) io_u
 }
 APT_PACKAGE = {"libxxhash": "libxxhash-dev", "liburing": "liburing-dev", "openssl": "libssl-dev"}
 FALLBACK_LIBS = {"libxxhash": ["xxhash"], "liburing": ["uring"], "openssl": ["ssl", "crypto"]}
-# Optional features probed against a package already required: (define, probe, package).
-OPTIONAL_FEATURES = [("QJM_XXH_DISPATCH", "xxh3_dispatch", "libxxhash")]
 
 
 # Commands that only describe or pack the sources (`python -m build` runs them for the sdist and
@@ -127,10 +122,10 @@ def have_c_lib(
 
 
 @functools.cache
-def have_package(package: str, probe: str | None = None) -> bool:
-    """Probe `package` (or, with `probe`, an optional feature of it) with its pkg-config flags."""
+def have_package(package: str) -> bool:
+    """Probe `package` with its pkg-config flags."""
     flags = pkg_config(package)
-    return have_c_lib(PROBES[probe or package], flags["libraries"], flags["include_dirs"], flags["library_dirs"])
+    return have_c_lib(PROBES[package], flags["libraries"], flags["include_dirs"], flags["library_dirs"])
 
 
 def require(package: str) -> None:
@@ -174,11 +169,6 @@ def native_ext(name: str, libs: list[str]) -> Extension:
         include_dirs += flags["include_dirs"]
         library_dirs += flags["library_dirs"]
         libraries += flags["libraries"]
-    macros += [
-        (define, "1")
-        for define, probe, package in OPTIONAL_FEATURES
-        if package in libs and have_package(package, probe)
-    ]
     return Extension(
         f"qjm._native.{name}",
         [f"src/qjm/_native/{name}.pyx"],

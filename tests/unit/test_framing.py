@@ -643,3 +643,13 @@ def test_fill_packed_stops_at_the_limit_from_any_start(framing: ModuleType) -> N
     with pytest.raises(TypeError):
         b.fill_packed([b"x"], 0, 100)  # type: ignore[arg-type]
     assert b.count == 0
+
+
+@pytest.mark.skipif(NO_EXTENSIONS, reason="about the compiled module")
+def test_the_native_module_hashes_with_the_baseline_xxh3_not_the_avx512_dispatcher() -> None:
+    """On an AVX-512 CPU the dispatcher's 512-bit multiplies slow every commit of the core that ran
+    them (framing_c.pxd); the dynamic symbols name the XXH3 the module calls."""
+    with open(importlib.import_module("qjm._native.framing_c").__file__ or "", "rb") as f:
+        image = f.read()
+    assert b"XXH3_64bits\0" in image
+    assert b"XXH3_64bits_dispatch" not in image

@@ -40,19 +40,14 @@ cdef extern from "qjm/frame.h" nogil:
         uint64_t header_xxh3
 
 
+# The plain XXH3_64bits, which Debian builds for the SSE2 baseline, and not libxxhash's x86
+# dispatcher: on a CPU with AVX-512 the dispatcher runs 512-bit multiplies, which lower the core's
+# clock for a while after each use; a node verifying, and a writer sealing, one frame per commit
+# then runs its whole commit slower (about 30 us of a 350 us sync, docs/performance.md). SSE2 still
+# hashes 14 GB/s here, some 5% of a core at the disk's ceiling.
 cdef extern from "xxhash.h" nogil:
     ctypedef unsigned long long XXH64_hash_t
     XXH64_hash_t XXH3_64bits(const void *data, size_t length)
-
-# setup.py defines QJM_XXH_DISPATCH when libxxhash exports the x86 dispatcher: the header then
-# turns XXH3_64bits into XXH3_64bits_dispatch, which picks AVX2/AVX-512 at run time (about 4x the
-# SSE2 baseline Debian compiles the plain symbol for).
-cdef extern from *:
-    """
-    #ifdef QJM_XXH_DISPATCH
-    #include <xxh_x86dispatch.h>
-    #endif
-    """
 
 
 cdef Py_ssize_t frame_length(const unsigned char *p) except -1
