@@ -33,6 +33,14 @@ class Histogram:
         self.counts[bisect.bisect_left(self.bounds, value)] += 1
         self.total += value
 
+    def add(self, counts: Sequence[int], total: float) -> None:
+        """Count observations timed elsewhere: ``counts`` per bound of this histogram (+Inf last)."""
+        if len(counts) != len(self.counts):
+            raise ValueError(f"{len(counts)} counts for a histogram of {len(self.counts)} buckets")
+        for i, n in enumerate(counts):
+            self.counts[i] += n
+        self.total += total
+
     def copy(self) -> Histogram:
         out = Histogram(self.bounds)
         out.counts, out.total = list(self.counts), self.total

@@ -136,3 +136,20 @@ def test_a_lost_quorum_fails_the_sync_within_the_write_timeout(cluster: MiniJour
         cluster.resume(1)
         cluster.resume(2)
     w.abort()
+
+
+def test_each_nodes_write_latency_counts_every_batch_it_acknowledged(cluster: MiniJournalCluster) -> None:
+    """Over the native engine each link times its own acks (``Fanout.take_latencies``), and a
+    link's last counts are kept when a roll replaces it; elsewhere the writer times them."""
+    w = qjm.open_writer(cluster.uri, create=True, close_grace=SETTLE_TIMEOUT, batch_delay=60)
+    for i in range(1, 41):  # one batch per sync, a new segment (so new links) half-way
+        if i == 21:
+            w.roll()
+        w.append(txn_data(i))
+        assert w.sync() == i
+    _settle(w, 40)
+    for n in w.stats().nodes:
+        # Every batch through 40 acknowledged by every node; the 41st by a quorum at least.
+        assert 40 <= n.write_seconds.count <= 41, n
+        assert 0 < n.write_seconds.total < WAIT * n.write_seconds.count
+    w.close()

@@ -27,6 +27,7 @@ from qjm._native import framing
 from qjm.client.fanout_link import Engine, FanoutLink
 from qjm.client.quorum import majority
 from qjm.errors import CorruptFrameError, FencedError, NodeTooFarBehindError, NodeUnavailableError, OutOfSyncError
+from qjm.histogram import LATENCY_BUCKETS
 from qjm.protocol import wire
 
 NO_EXTENSIONS = os.environ.get("QJM_NO_EXTENSIONS", "") in ("1", "true", "yes")
@@ -544,6 +545,58 @@ def test_park_seconds_must_be_a_duration(fo: ModuleType) -> None:
     fo.Fanout(park_seconds=0).close()  # 0: never parked
 
 
+def test_each_acked_frame_is_timed_once_from_its_send_to_its_ack(fo: ModuleType) -> None:
+    """The per-node write latency with no Python per ack: counts per bound, taken and reset."""
+    with running(fo.Fanout(latency_bounds=(1e-9, 3600.0))) as lp:
+        f = lp.fanout
+        mine, node = pair()
+        link = f.add_link(mine)
+        f.send(link, wire.encode_hello("j"))  # no last_txid: nothing to time
+        started = time.monotonic()
+        for t in range(1, 6):
+            f.send(link, frame(t), t)
+        node.sendall(wire.encode_ack(3))
+        lp.until(link, acked_is(3))
+        elapsed = time.monotonic() - started
+        counts, seconds = f.take_latencies(link)
+        # Three frames, each longer than 1 ns and shorter than an hour: the middle bucket.
+        assert counts == [0, 3, 0]
+        assert 0 < seconds <= 3 * elapsed
+        assert f.take_latencies(link) == ([0, 0, 0], 0.0)  # taken: counted again from zero
+        node.sendall(wire.encode_ack(5))
+        lp.until(link, acked_is(5))
+        assert f.take_latencies(link)[0] == [0, 2, 0]  # the two left, each once
+        hang_up(f, link, node, mine)
+
+
+def test_latencies_above_every_bound_land_in_the_last_count(fo: ModuleType) -> None:
+    with running(fo.Fanout(latency_bounds=(1e-9,))) as lp:
+        f = lp.fanout
+        mine, node = pair()
+        link = f.add_link(mine)
+        f.send(link, frame(1), 1)
+        node.sendall(wire.encode_ack(1))
+        lp.until(link, acked_is(1))
+        assert f.take_latencies(link)[0] == [0, 1]
+        hang_up(f, link, node, mine)
+    with running(fo.Fanout()) as lp:  # no bounds: one count for every frame
+        f = lp.fanout
+        mine, node = pair()
+        link = f.add_link(mine)
+        f.send(link, frame(1), 1)
+        node.sendall(wire.encode_ack(1))
+        lp.until(link, acked_is(1))
+        assert f.take_latencies(link)[0] == [1]
+        hang_up(f, link, node, mine)
+
+
+def test_latency_bounds_must_be_ascending_durations(fo: ModuleType) -> None:
+    for bad in ((0.0,), (-1.0,), (float("nan"),), (0.5, 0.5), (2.0, 1.0), tuple(float(i + 1) for i in range(33))):
+        with pytest.raises(ValueError, match="latency_bounds"):
+            fo.Fanout(latency_bounds=bad)
+    fo.Fanout(latency_bounds=tuple(float(i + 1) for i in range(32))).close()
+
+
 def test_a_refusal_that_sync_batch_reads_is_reported_by_the_loop(loop: Loop) -> None:
     f = loop.fanout
     links, mine, nodes = _nodes(f)
@@ -850,6 +903,29 @@ def test_link_completes_futures_on_cumulative_acks(engine: Engine) -> None:
     link.close()
     assert isinstance(failures.get(timeout=WAIT), OutOfSyncError)  # closed on purpose: reported, ignored upstream
     assert link.closed
+    node.close()
+
+
+def test_a_link_hands_its_ack_latencies_over_when_folded_and_when_it_leaves(engine: Engine) -> None:
+    node = FakeNode()
+    got: queue.Queue[tuple[list[int], float]] = queue.Queue()
+    link = FanoutLink("n1", node.address, "jid", WAIT, on_fail=lambda lk, e: None, engine=engine,
+                      on_latencies=lambda counts, seconds: got.put((counts, seconds)))  # fmt: skip
+    sock = node.sock()
+    futs: list[Future[int]] = [Future() for _ in range(4)]
+    for t, fut in enumerate(futs, 1):
+        link.send(frame(t), t, fut, None)
+    sock.sendall(wire.encode_ack(2))
+    assert futs[1].result(WAIT) == 2
+    link.fold_latencies()
+    counts, seconds = got.get(timeout=WAIT)
+    assert sum(counts) == 2 and seconds > 0 and len(counts) == len(LATENCY_BUCKETS) + 1
+    sock.sendall(wire.encode_ack(4))
+    assert futs[3].result(WAIT) == 4
+    link.close()  # the two acked since the fold come with the link's leaving
+    assert sum(got.get(timeout=WAIT)[0]) == 2
+    link.fold_latencies()  # gone from the engine: nothing more
+    assert got.empty()
     node.close()
 
 

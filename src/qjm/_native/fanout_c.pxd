@@ -196,6 +196,10 @@ cdef extern from "<poll.h>" nogil:
     short POLLIN, POLLOUT, POLLNVAL
 
 
+cdef enum:
+    MAX_LAT_BOUNDS = 32             # latency_bounds an engine takes (qjm.histogram's has 16)
+
+
 ctypedef struct qent:               # one buffer queued for sending; owns a reference to obj
     PyObject *obj
     const char *p
@@ -205,6 +209,7 @@ ctypedef struct qent:               # one buffer queued for sending; owns a refe
 ctypedef struct fent:               # one frame in flight, until a cumulative ack covers it
     uint64_t last_txid
     Py_ssize_t nbytes
+    long long sent_ns               # CLOCK_MONOTONIC when it was queued: its ack is timed from here
 
 ctypedef struct link_t:
     int state                       # L_FREE, L_OPEN, L_FAILED
@@ -240,6 +245,10 @@ ctypedef struct link_t:
     BIO *wbio                       # qjm's sink BIO: what SSL_write produces goes straight to cbuf
     unsigned char *cbuf             # ciphertext waiting to be sent: [chead, clen)
     Py_ssize_t chead, clen, ccap
+    const long long *lat_bounds     # the engine's latency bounds (ns), nlat of them
+    int nlat
+    uint64_t lat[MAX_LAT_BOUNDS + 1]  # frames acked per bound since take_latencies (+Inf last)
+    long long lat_sum_ns
 
 
 cdef enum:
@@ -265,6 +274,8 @@ cdef class Fanout:
                                     # link's own mutex is let go): the loop's wait is timed while > 0
     cdef bint _timed                # the loop waits with a timeout, to release parked links (_nmu)
     cdef bint _ninit
+    cdef long long _lat_bounds[MAX_LAT_BOUNDS]  # upper bounds (ns) of the ack latencies timed per link
+    cdef int _nlat
 
     cdef void _bump_news(self, int skip=*) noexcept nogil
 

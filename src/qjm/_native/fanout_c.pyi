@@ -34,7 +34,7 @@ class TlsServer:
 class Fanout:
     """Pipelined sender to many nodes: one epoll loop, one non-blocking connection per link."""
 
-    def __init__(self, park_seconds: float = 0.002) -> None: ...
+    def __init__(self, park_seconds: float = 0.002, latency_bounds: Iterable[float] = ()) -> None: ...
     def add_link(
         self,
         sock: socket.socket,
@@ -68,6 +68,11 @@ class Fanout:
 
     def acked(self, link: int) -> int:
         """Highest txid the node has acknowledged as durable on this link."""
+
+    def take_latencies(self, link: int) -> tuple[list[int], float]:
+        """``(counts, seconds)``: how many frames the node acknowledged since the last call, per
+        ``latency_bounds`` bound their ack latency fell under (one more count, last, for those
+        above every bound), and the sum of those latencies; the counts start again from zero."""
 
     def inflight(self, link: int) -> tuple[int, int]:
         """(frames, bytes) sent or queued on this link and not yet acknowledged."""

@@ -372,6 +372,12 @@ cdef bint _push(link_t *l, PyObject *o, const char *p, Py_ssize_t n) noexcept no
     return True
 
 
+cdef long long _now_ns() noexcept nogil:
+    cdef timespec t
+    clock_gettime(CLOCK_MONOTONIC, &t)
+    return <long long>t.tv_sec * 1000000000 + t.tv_nsec
+
+
 cdef bint _push_inflight(link_t *l, uint64_t last, Py_ssize_t n) noexcept nogil:
     cdef Py_ssize_t cap
     cdef fent *nf
@@ -388,16 +394,30 @@ cdef bint _push_inflight(link_t *l, uint64_t last, Py_ssize_t n) noexcept nogil:
         l.flcap = cap
     l.fl[l.fllen].last_txid = last
     l.fl[l.fllen].nbytes = n
+    l.fl[l.fllen].sent_ns = _now_ns()
     l.fllen += 1
     l.inflight_bytes += n
     return True
 
 
 cdef void _acked(link_t *l, uint64_t txid) noexcept nogil:
+    # Each frame the ack covers is timed here, from its send, into the link's latency counts: the
+    # writer's per-node write latency, with no Python per ack.
+    cdef long long now = 0
+    cdef long long d
+    cdef int b
     if txid > l.acked:
         l.acked = txid
         l.news = True
     while l.flhead < l.fllen and l.fl[l.flhead].last_txid <= l.acked:
+        if now == 0:
+            now = _now_ns()
+        d = now - l.fl[l.flhead].sent_ns
+        b = 0
+        while b < l.nlat and d > l.lat_bounds[b]:
+            b += 1
+        l.lat[b] += 1
+        l.lat_sum_ns += d
         l.inflight_bytes -= l.fl[l.flhead].nbytes
         l.flhead += 1
     if l.flhead == l.fllen:
@@ -540,12 +560,6 @@ cdef bint _unpark(int ep, link_t *links, link_t *l) noexcept nogil:
     l.parked = False
     _hold(ep, links, l, False)
     return True
-
-
-cdef long long _now_ns() noexcept nogil:
-    cdef timespec t
-    clock_gettime(CLOCK_MONOTONIC, &t)
-    return <long long>t.tv_sec * 1000000000 + t.tv_nsec
 
 
 cdef int _enqueue(int ep, link_t *links, link_t *l, PyObject *pre, const char *prep, Py_ssize_t npre,
@@ -727,12 +741,17 @@ cdef class Fanout:
     them to the loop and take them back each time, nor wake the loop for the slowest node's ack:
     the next ``sync_batch`` reads it. A ``send`` on a parked link releases it at once; the loop
     releases links idle that long (0: never parked). A hang-up still reaches the loop at once.
+
+    ``latency_bounds``: ascending upper bounds in seconds (at most 32) of the ack latencies each
+    link counts, every frame sent with a ``last_txid`` timed from its send to the ack covering it
+    (``take_latencies``).
     """
 
     def __cinit__(self):
         cdef int i
         cdef epoll_event ev
         self._park_ns = 2000000
+        self._nlat = 0
         self._nheld = 0
         self._timed = False
         self._ep = -1
@@ -766,12 +785,21 @@ cdef class Fanout:
         if epoll_ctl(self._ep, EPOLL_CTL_ADD, self._wake, &ev) != 0:
             raise OSError(errno, os.strerror(errno))
 
-    def __init__(self, double park_seconds=0.002):
+    def __init__(self, double park_seconds=0.002, latency_bounds=()):
+        cdef list bounds = [float(b) for b in latency_bounds]
+        cdef int i
         if not (park_seconds >= 0):
             raise ValueError(f"park_seconds must be >= 0, got {park_seconds}")
+        if len(bounds) > MAX_LAT_BOUNDS:
+            raise ValueError(f"at most {MAX_LAT_BOUNDS} latency_bounds, got {len(bounds)}")
+        if not all(0 < b < 1e9 for b in bounds) or any(a >= b for a, b in zip(bounds, bounds[1:])):
+            raise ValueError(f"latency_bounds must be ascending seconds in (0, 1e9), got {tuple(latency_bounds)}")
         if self._running or self._nslots:
             raise RuntimeError("Fanout.__init__ on an engine in use")
         self._park_ns = <long long>(min(park_seconds, 3600.0) * 1e9)
+        for i in range(len(bounds)):
+            self._lat_bounds[i] = <long long>round(bounds[i] * 1e9)
+        self._nlat = len(bounds)
 
     def __dealloc__(self):
         cdef int i
@@ -929,6 +957,10 @@ cdef class Fanout:
         l.max_count = max_count
         l.max_bytes = max_bytes
         l.acked = l.reported = 0
+        l.lat_bounds = self._lat_bounds
+        l.nlat = self._nlat
+        memset(l.lat, 0, sizeof(l.lat))
+        l.lat_sum_ns = 0
         l.out_armed = False
         l.held = False
         l.parked = False
@@ -1051,6 +1083,26 @@ cdef class Fanout:
         a = l.acked
         pthread_mutex_unlock(&l.mu)
         return a
+
+    def take_latencies(self, link):
+        """``(counts, seconds)``: how many frames the node acknowledged since the last call, per
+        ``latency_bounds`` bound their ack latency fell under (one more count, last, for those
+        above every bound), and the sum of those latencies; the counts start again from zero."""
+        cdef int s = 0
+        cdef link_t *l = self._get(link, &s)
+        cdef int i
+        cdef int n
+        cdef uint64_t c[MAX_LAT_BOUNDS + 1]
+        cdef long long total
+        pthread_mutex_lock(&l.mu)  # with the GIL, as acked()
+        n = l.nlat + 1
+        for i in range(n):
+            c[i] = l.lat[i]
+            l.lat[i] = 0
+        total = l.lat_sum_ns
+        l.lat_sum_ns = 0
+        pthread_mutex_unlock(&l.mu)
+        return [c[i] for i in range(n)], total / 1e9
 
     def inflight(self, link):
         """(frames, bytes) sent or queued on this link and not yet acknowledged."""

@@ -10,8 +10,10 @@ the simplest correct code (style-anchors R4). TLS: a link added with a ``TlsClie
 
 from __future__ import annotations
 
+import bisect
 import collections
 import errno
+import itertools
 import math
 import os
 import select
@@ -28,6 +30,8 @@ from qjm.errors import CorruptFrameError, ResourceExhaustedError, TlsError
 from qjm.protocol import wire
 from qjm.protocol.frame import FRAME_HEADER_SIZE, FRAME_MAGIC, MAX_PAYLOAD
 from qjm.security.tls import TlsConfig
+
+MAX_LATENCY_BOUNDS = 32  # as the native engine
 
 ACK_SIZE = wire.ACK.size
 MAX_WINDOW_COUNT = 1 << 20
@@ -116,6 +120,7 @@ class _Link:
         max_bytes: int,
         quiet: bool = False,
         tls: _Session | None = None,
+        latency_bounds: Sequence[int] = (),
     ) -> None:
         self.sock = sock
         self.tls = tls
@@ -123,8 +128,11 @@ class _Link:
         self.quiet = quiet
         self.lock = threading.Lock()
         self.queue: collections.deque[memoryview] = collections.deque()
-        self.inflight: collections.deque[tuple[int, int]] = collections.deque()
+        self.inflight: collections.deque[tuple[int, int, int]] = collections.deque()  # (last, bytes, sent ns)
         self.inflight_bytes = 0
+        self.latency_bounds = latency_bounds  # ns
+        self.latency = [0] * (len(latency_bounds) + 1)
+        self.latency_sum_ns = 0
         self.max_count = max_count
         self.max_bytes = max_bytes
         self.acked = 0
@@ -191,8 +199,13 @@ class _Link:
         if txid > self.acked:
             self.acked = txid
             self.news = True
+        now = 0
         while self.inflight and self.inflight[0][0] <= self.acked:
-            self.inflight_bytes -= self.inflight.popleft()[1]
+            _, n, sent = self.inflight.popleft()
+            self.inflight_bytes -= n
+            now = now or time.monotonic_ns()
+            self.latency[bisect.bisect_left(self.latency_bounds, now - sent)] += 1
+            self.latency_sum_ns += now - sent
 
     def parse(self) -> None:
         buf = self.rbuf
@@ -289,11 +302,21 @@ class Fanout:
     watches every link at all times, so a sync_batch has nothing to keep parked (the native
     engine's parking saves system calls and wake-ups, not behaviour anyone can observe beyond
     when the slowest node's ack is read).
+
+    ``latency_bounds``: ascending upper bounds in seconds (at most 32) of the ack latencies each
+    link counts, every frame sent with a ``last_txid`` timed from its send to the ack covering it
+    (``take_latencies``).
     """
 
-    def __init__(self, park_seconds: float = 0.002) -> None:
+    def __init__(self, park_seconds: float = 0.002, latency_bounds: Iterable[float] = ()) -> None:
         if not park_seconds >= 0:
             raise ValueError(f"park_seconds must be >= 0, got {park_seconds}")
+        bounds = [float(b) for b in latency_bounds]
+        if len(bounds) > MAX_LATENCY_BOUNDS:
+            raise ValueError(f"at most {MAX_LATENCY_BOUNDS} latency_bounds, got {len(bounds)}")
+        if not all(0 < b < 1e9 for b in bounds) or any(a >= b for a, b in itertools.pairwise(bounds)):
+            raise ValueError(f"latency_bounds must be ascending seconds in (0, 1e9), got {tuple(bounds)}")
+        self._latency_bounds = tuple(round(b * 1e9) for b in bounds)
         self._sel = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -380,7 +403,9 @@ class Fanout:
         with self._lock:
             link = self._next
             self._next += 1
-            self._links[link] = _Link(sock, max_count, max_bytes, quiet=not report_acks, tls=session)
+            self._links[link] = _Link(
+                sock, max_count, max_bytes, quiet=not report_acks, tls=session, latency_bounds=self._latency_bounds
+            )
             self._sel.register(sock, selectors.EVENT_READ, link)
         return link
 
@@ -410,7 +435,7 @@ class Fanout:
                 was_empty = not lk.pending()
                 if lk.enqueue(prefix, frame):
                     if last_txid:
-                        lk.inflight.append((last_txid, n))
+                        lk.inflight.append((last_txid, n, time.monotonic_ns()))
                         lk.inflight_bytes += n
                     if not was_empty:
                         return 0
@@ -450,6 +475,16 @@ class Fanout:
         lk = self._get(link)
         with lk.lock:
             return lk.acked
+
+    def take_latencies(self, link: int) -> tuple[list[int], float]:
+        """``(counts, seconds)``: how many frames the node acknowledged since the last call, per
+        ``latency_bounds`` bound their ack latency fell under (one more count, last, for those
+        above every bound), and the sum of those latencies; the counts start again from zero."""
+        lk = self._get(link)
+        with lk.lock:
+            counts, total = lk.latency, lk.latency_sum_ns
+            lk.latency, lk.latency_sum_ns = [0] * len(counts), 0
+        return counts, total / 1e9
 
     def inflight(self, link: int) -> tuple[int, int]:
         """(frames, bytes) sent or queued on this link and not yet acknowledged."""

@@ -30,6 +30,7 @@ from qjm.client.node_io import FollowStream, NodeIO, NoReply, TransportBugs
 from qjm.client.node_state import Held, NodeState, NodeStateView, Refusal, Route
 from qjm.config import NodeAddress, QJMConfig
 from qjm.errors import NodeUnavailableError, QJMError, WriterCrashedError
+from qjm.histogram import Histogram
 from qjm.protocol import convert
 from qjm.protocol import qjournal_pb2 as pb
 from qjm.protocol.messages import (
@@ -86,6 +87,10 @@ class RemoteLogger(NodeStateView[Ticket]):
         # Batches counted by the waiting thread over quiet native links (qjm.client.link_batch), not
         # by a future per batch; hooks that act after each acknowledged batch need its future.
         self.native_acks = self._io.quiet_links and type(self.hooks).after is CallHooks.after
+        # Each batch's send-to-ack time, when the links time it themselves (else AckTimer does).
+        self.times_acks = self._io.times_acks
+        self._write_seconds = Histogram()
+        self._write_lock = threading.Lock()  # guards _write_seconds: links fold into it from any thread
         self._lock = threading.Lock()  # guards _state and _link
         self._state: NodeState[Ticket] = NodeState(self._name, journal_id, self.config.queued_edits_limit_bytes)
         self._started = threading.Condition(self._lock)  # a pending start ended
@@ -453,7 +458,24 @@ class RemoteLogger(NodeStateView[Ticket]):
         return self._connect_link(self._data_address)
 
     def _connect_link(self, data_address: str) -> DataLink:
-        return self._io.open_link(data_address, self._link_failed, report_acks=not self.native_acks)
+        return self._io.open_link(
+            data_address,
+            self._link_failed,
+            report_acks=not self.native_acks,
+            on_latencies=self._add_write_latencies if self.times_acks else None,
+        )
+
+    def _add_write_latencies(self, counts: list[int], seconds: float) -> None:
+        with self._write_lock:
+            self._write_seconds.add(counts, seconds)
+
+    def write_latency(self) -> Histogram:
+        """The send-to-ack times of every batch this node acknowledged (``times_acks`` links): a copy."""
+        link = self._link
+        if link is not None:
+            link.fold_latencies()
+        with self._write_lock:
+            return self._write_seconds.copy()
 
     def _link_failed(self, link: DataLink, e: BaseException) -> None:
         with self._lock:

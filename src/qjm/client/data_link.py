@@ -63,6 +63,11 @@ class DataLink(Protocol):
         """Highest txid the node has acknowledged as durable on this link, even after it failed."""
         ...
 
+    def fold_latencies(self) -> None:
+        """Hand the send-to-ack times this link measured since the last call to the ``on_latencies``
+        it was opened with (links that time nothing: nothing to do)."""
+        ...
+
     def unacked_bytes(self) -> int:
         """Bytes of the batches sent on this link that the node has not acknowledged."""
         ...
@@ -84,6 +89,10 @@ class DataLink(Protocol):
 
 LinkFailed = Callable[[DataLink, BaseException], None]
 """Called once when a link fails (also when it is closed with batches pending)."""
+
+LatencySink = Callable[[list[int], float], None]
+"""Given the send-to-ack times a link measured: frames per bound of ``qjm.histogram.LATENCY_BUCKETS``
+(+Inf last), and their sum in seconds."""
 
 
 def encode_commit(commit: CommitNotice | None) -> bytes | None:

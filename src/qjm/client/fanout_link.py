@@ -29,9 +29,10 @@ from typing import Any
 from qjm import errors
 from qjm._native import fanout
 from qjm.addresses import split_host_port
-from qjm.client.data_link import LinkFailed, PendingBatches, encode_commit
+from qjm.client.data_link import LatencySink, LinkFailed, PendingBatches, encode_commit
 from qjm.client.node_state import CommitNotice
 from qjm.errors import CorruptFrameError, NodeTooFarBehindError, NodeUnavailableError, OutOfSyncError, TlsError
+from qjm.histogram import LATENCY_BUCKETS
 from qjm.protocol import wire
 from qjm.security.tls import TlsConfig
 
@@ -46,7 +47,8 @@ class Engine:
 
     def __init__(self, backend: ModuleType | None = None) -> None:
         self.backend = backend or fanout
-        self.fanout = self.backend.Fanout()
+        # Every link times its acks against the writer's latency buckets (RemoteLogger.write_latency).
+        self.fanout = self.backend.Fanout(latency_bounds=LATENCY_BUCKETS)
         self._links: dict[int, FanoutLink] = {}
         self._thread = threading.Thread(target=self._run, name="qjm-fanout", daemon=True)
         self._thread.start()
@@ -143,8 +145,10 @@ class FanoutLink:
         engine: Engine | None = None,
         report_acks: bool = True,
         tls: TlsConfig | None = None,
+        on_latencies: LatencySink | None = None,
     ) -> None:
         self.name = name
+        self._on_latencies = on_latencies
         host, port = split_host_port(address)
         self._sock = socket.create_connection((host, port), timeout=connect_timeout)
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -198,6 +202,17 @@ class FanoutLink:
                 return None  # no room: the usual way waits for it (wait_for_room)
             self._last_sent = last_txid
             return self._id
+
+    def fold_latencies(self) -> None:
+        """Hand the ack latencies the engine timed on this link since the last fold to ``on_latencies``
+        (the rest are handed over as the link leaves the engine)."""
+        if self._on_latencies is None:
+            return
+        with self._lock:
+            if self._id < 0:
+                return
+            counts, seconds = self._engine.fanout.take_latencies(self._id)
+        self._on_latencies(counts, seconds)
 
     def acked_txid(self) -> int:
         """Highest txid this node has acknowledged as durable on this link, even after it failed."""
@@ -294,10 +309,15 @@ class FanoutLink:
 
     def _release(self) -> None:
         """Leave the engine and close the socket (``fail`` has failed what was pending); again is harmless."""
+        latencies = None
         with self._lock:
             link_id, self._id = self._id, -1
             if link_id >= 0:
                 self._final_acked = int(self._engine.fanout.acked(link_id))
+                if self._on_latencies is not None:
+                    latencies = self._engine.fanout.take_latencies(link_id)
         if link_id >= 0:
             self._engine.unregister(link_id)
             self._sock.close()
+        if latencies is not None and self._on_latencies is not None:
+            self._on_latencies(*latencies)

@@ -14,7 +14,7 @@ import grpc
 from qjm import errors
 from qjm._native import backend_of
 from qjm.client import shared
-from qjm.client.data_link import DataLink, LinkFailed
+from qjm.client.data_link import DataLink, LatencySink, LinkFailed
 from qjm.client.fanout_link import FanoutLink, shared_engine
 from qjm.client.node_io import NoReply
 from qjm.client.threaded_link import ThreadedLink
@@ -119,6 +119,7 @@ class GrpcNodeIO:
         self.journal_id = journal_id
         self.config = config
         self.quiet_links = backend_of("fanout") == "native"
+        self.times_acks = self.quiet_links  # the engine's links time their acks (FanoutLink)
         self._tls = config.tls is not None
         # shared with every other logger of this process that talks to the same node (qjm.client.shared)
         self._channel, self._stub = shared.acquire_channel(name, CHANNEL_OPTIONS, config.tls)
@@ -152,7 +153,9 @@ class GrpcNodeIO:
     def monotonic(self) -> float:
         return time.monotonic()
 
-    def open_link(self, data_address: str, on_fail: LinkFailed, *, report_acks: bool) -> DataLink:
+    def open_link(
+        self, data_address: str, on_fail: LinkFailed, *, report_acks: bool, on_latencies: LatencySink | None = None
+    ) -> DataLink:
         c = self.config
         try:
             if self.quiet_links:
@@ -167,6 +170,7 @@ class GrpcNodeIO:
                     max_bytes=c.queued_edits_limit_bytes or 1,
                     report_acks=report_acks,
                     tls=c.tls,
+                    on_latencies=on_latencies,
                 )
             return ThreadedLink(self.name, data_address, self.journal_id, c.timeouts.connect, on_fail, tls=c.tls)
         except OSError as e:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any, Protocol, TypeVar
 
-from qjm.client.data_link import DataLink, LinkFailed
+from qjm.client.data_link import DataLink, LatencySink, LinkFailed
 from qjm.errors import NodeUnavailableError
 
 __all__ = ["FollowStream", "NoReply", "NodeIO", "TransportBugs"]
@@ -62,6 +62,9 @@ class NodeIO(Protocol):
     """The node as errors and recovery sources name it (its control address)."""
     quiet_links: bool
     """Links count acks without a future per batch (the native engine: ``RemoteLogger.native_acks``)."""
+    times_acks: bool
+    """Links time each batch from its send to its ack themselves and hand the latencies to
+    ``open_link``'s ``on_latencies`` (the native engine); else the writer times them (``AckTimer``)."""
 
     def submit(self, what: str, fn: Callable[[], T], *, parallel: bool = False) -> Future[T]:
         """Run ``fn`` after the calls submitted before it (``parallel``: beside them, for reads).
@@ -83,7 +86,9 @@ class NodeIO(Protocol):
 
     def monotonic(self) -> float: ...
 
-    def open_link(self, data_address: str, on_fail: LinkFailed, *, report_acks: bool) -> DataLink:
+    def open_link(
+        self, data_address: str, on_fail: LinkFailed, *, report_acks: bool, on_latencies: LatencySink | None = None
+    ) -> DataLink:
         """A data link to the node for one segment; ``NodeUnavailableError`` if it cannot connect."""
         ...
 

@@ -6,11 +6,14 @@ whether it fenced this writer, and the time from sending a batch to seeing the n
 (WritesE2E). The writer's own figures ride along: epoch, txids, batches in flight, totals sent and
 the time each batch took to reach its quorum.
 
-Acks are not timed one by one (the native fan-out counts them without Python, design §4): each
-batch's send time is kept per node, and whenever the writer looks (at each batch's quorum, and at
-each ``stats()``), every batch a node has acknowledged since is timed to that moment. A node's
-latency is therefore an upper bound, tight for the nodes that made the quorum and at most one
-batch interval late for a node acknowledging after it.
+Over the native fan-out each link times its own acks (``Fanout.take_latencies``: every frame
+from its send to the ack covering it being read, with no Python per ack or per batch; an ack a
+parked link holds back is read by the next sync) and the node's logger keeps the sum
+(``RemoteLogger.write_latency``). Elsewhere (the pure-Python links, the simulation)
+each batch's send time is kept per node, and whenever the writer looks (at each batch's quorum,
+and at each ``stats()``), every batch a node has acknowledged since is timed to that moment: an
+upper bound, tight for the nodes that made the quorum and at most one batch interval late for a
+node acknowledging after it.
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ class WriterStats:
 class NodeProbe:
     """How the writer reads one node's figures: callables, so any logger (remote or simulated) fits."""
 
-    __slots__ = ("acked", "fenced", "name", "out_of_sync", "queued_bytes")
+    __slots__ = ("acked", "fenced", "latency", "name", "out_of_sync", "queued_bytes")
 
     def __init__(
         self,
@@ -66,8 +69,10 @@ class NodeProbe:
         out_of_sync: Callable[[], bool],
         queued_bytes: Callable[[], int] = lambda: 0,
         fenced: Callable[[], bool] = lambda: False,
+        latency: Callable[[], Histogram] | None = None,
     ) -> None:
         self.name = name
+        self.latency = latency  # the node's write latencies, when its links time them; else AckTimer's
         self.acked = acked
         self.out_of_sync = out_of_sync
         self.queued_bytes = queued_bytes
@@ -78,7 +83,12 @@ def probe_for(lg: Logger) -> NodeProbe:
     """A remote node reports all its figures; another logger (the simulation's) only whether it is in sync."""
     if isinstance(lg, RemoteLogger):
         return NodeProbe(
-            lg.name, lambda: lg.highest_acked_txid, lambda: lg.out_of_sync, lg.unacked_bytes, lambda: lg.fenced
+            lg.name,
+            lambda: lg.highest_acked_txid,
+            lambda: lg.out_of_sync,
+            lg.unacked_bytes,
+            lambda: lg.fenced,
+            lg.write_latency if lg.times_acks else None,
         )
     return NodeProbe(lg.name, lambda: 0, lambda: lg.out_of_sync)
 
@@ -96,15 +106,24 @@ class AckTimer:
         self._pending = [collections.deque[tuple[int, float]](maxlen=PENDING_PER_NODE) for _ in self.probes]
         self.latency = [Histogram() for _ in self.probes]
         self._lock = threading.Lock()
+        # The nodes timed here: a sync that made its quorum over links that time themselves has
+        # nothing to do (Python right after the wait runs on cold caches: this was ~20 µs a sync).
+        self._timed = [
+            (p, q, h) for p, q, h in zip(self.probes, self._pending, self.latency, strict=True) if p.latency is None
+        ]
 
     def sent(self, last_txid: int, at: float) -> None:
+        if not self._timed:
+            return
         with self._lock:
-            for pending in self._pending:
+            for _, pending, _ in self._timed:
                 pending.append((last_txid, at))
 
     def poll(self, now: float) -> None:
+        if not self._timed:
+            return
         with self._lock:
-            for probe, pending, hist in zip(self.probes, self._pending, self.latency, strict=True):
+            for probe, pending, hist in self._timed:
                 if not pending:
                     continue
                 if probe.out_of_sync():
@@ -127,7 +146,7 @@ class AckTimer:
                         queued_bytes=probe.queued_bytes(),
                         out_of_sync=probe.out_of_sync(),
                         fenced=probe.fenced(),
-                        write_seconds=hist.copy(),
+                        write_seconds=hist.copy() if probe.latency is None else probe.latency(),
                     )
                 )
         return tuple(out)

@@ -31,7 +31,7 @@ import grpc
 from qjm import errors
 from qjm._native import framing
 from qjm.client.channel import RemoteLogger
-from qjm.client.data_link import LinkFailed, PendingBatches
+from qjm.client.data_link import LatencySink, LinkFailed, PendingBatches
 from qjm.client.grpc_io import METHODS
 from qjm.client.link_batch import Delivery, LinkBatch
 from qjm.client.loggers import CallHooks, Logger, LoggerSet, WriterLife
@@ -236,6 +236,9 @@ class SimLink:
     def acked_txid(self) -> int:
         return self.batches.acked
 
+    def fold_latencies(self) -> None:
+        pass  # the writer times simulated acks (AckTimer)
+
     def unacked_bytes(self) -> int:
         return self.batches.queued_bytes
 
@@ -274,6 +277,7 @@ class SimNodeIO:
     def __init__(self, sim: Simulation, writer: int, node: int, life: SimLife) -> None:
         self.sim = sim
         self.quiet_links = sim.quiet_links
+        self.times_acks = False  # the writer times acks (AckTimer), on the simulation's clock
         self.writer = writer
         self.node = node
         self.life = life
@@ -316,7 +320,9 @@ class SimNodeIO:
     def monotonic(self) -> float:
         return self.sim.clock()
 
-    def open_link(self, data_address: str, on_fail: LinkFailed, *, report_acks: bool) -> SimLink:
+    def open_link(
+        self, data_address: str, on_fail: LinkFailed, *, report_acks: bool, on_latencies: LatencySink | None = None
+    ) -> SimLink:
         self.gen += 1
         return SimLink(self, on_fail, self.gen, quiet=not report_acks)
 
