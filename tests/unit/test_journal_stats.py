@@ -44,14 +44,15 @@ def test_record_durable_counts_frames_txns_bytes_and_the_lagging_ones() -> None:
     s = JournalStats()
     # (first_txid, last_txid, offset, length): three frames, the first two at or below committed 30
     index = [(1, 10, 100, 50), (11, 30, 150, 70), (31, 35, 220, 20)]
-    s.record_durable(index, 0, 30, 0.002, 1234.0)
+    s.record_durable(index, 0, 3, 30, 0.002, 1234.0)
     assert (s.batches_written, s.txns_written, s.bytes_written) == (3, 35, 140)
     assert s.batches_written_while_lagging == 2
     assert s.sync_seconds.count == 1 and s.last_journal_time == 1234.0
     index.append((36, 40, 240, 10))
-    s.record_durable(index, 3, 30, 0.001, 1235.0)  # only the new frame counts; it is above committed
+    index.append((41, 44, 250, 10))  # appended after that sync: not its frame
+    s.record_durable(index, 3, 4, 30, 0.001, 1235.0)  # only the new frame counts; it is above committed
     assert (s.batches_written, s.txns_written, s.bytes_written, s.batches_written_while_lagging) == (4, 40, 150, 2)
-    s.record_durable(index, 4, 30, 0.001, 1236.0)  # nothing new: no sync is counted
+    s.record_durable(index, 4, 4, 30, 0.001, 1236.0)  # nothing new: no sync is counted
     assert s.sync_seconds.count == 2
 
 
@@ -60,7 +61,7 @@ def test_journal_counts_what_it_made_durable() -> None:
     frames = [frame(1, 5, epoch=1, seg=1), frame(6, 3, epoch=1, seg=1)]
     assert j.journal(frames) == 8
     assert j.journal([frame(9, 2, epoch=1, seg=1)]) == 10
-    s = j.stats
+    s = j.record_stats()  # the data plane records each sync once its ack is out; readers first
     assert (s.batches_written, s.txns_written) == (3, 10)
     assert s.bytes_written == sum(len(f) for f in frames) + len(frame(9, 2, epoch=1, seg=1))
     assert s.sync_seconds.count == 2  # one sync per run of frames (group commit)

@@ -63,6 +63,7 @@ def apply_run(
     if frames:
         durable = journal.journal(frames)
         ack(durable)
+        journal.record_stats()  # after the ack: the writer's quorum does not wait on bookkeeping
     if commits:
         journal.note_committed(*(commits[0] if len(commits) == 1 else max(commits, key=_NOTICE_TXID)))
     return durable

@@ -223,6 +223,11 @@ class Journal:
         # Scans made during the current new_epoch (its phase 1 scans the newest segment twice)
         self._scan_memo: dict[str, framing.ScanResult] | None = None
         self.stats = JournalStats()
+        # The last sync's figures, counted in ``stats`` once its ack is out (``record_stats``):
+        # nothing but the ack between a node's fdatasync and the writer's quorum. Guarded by
+        # _stats_lock, which is taken inside _lock or alone (so a scrape never waits on _lock).
+        self._unrecorded: tuple[list[tuple[int, int, int, int]], int, int, int, float, float] | None = None
+        self._stats_lock = threading.Lock()
         self.sync_stats = SyncStats()  # kept by qjm.server.syncer
         if self._ns is not None:
             # A crash between accept_recovery's commit point and its rename leaves the accepted
@@ -597,8 +602,21 @@ class Journal:
             self._abort_open()
             raise
         self._highest_written = seg.next_txid - 1
-        self.stats.record_durable(seg.index, seg.synced, self._committed, self._clock() - started, time.time())
+        done = (seg.index, seg.synced, len(seg.index), self._committed, self._clock() - started, time.time())
         seg.synced = len(seg.index)
+        with self._stats_lock:
+            if self._unrecorded is not None:  # a caller that did not record its last sync
+                self.stats.record_durable(*self._unrecorded)
+            self._unrecorded = done
+
+    def record_stats(self) -> JournalStats:
+        """Count the last sync in ``stats`` and return them: the data plane calls it once the
+        sync's ack is out, readers before they look."""
+        with self._stats_lock:
+            if self._unrecorded is not None:
+                self.stats.record_durable(*self._unrecorded)
+                self._unrecorded = None
+        return self.stats
 
     def note_committed(self, epoch: int, txid: int) -> None:
         """The writer's data plane says a quorum holds everything through ``txid``."""
@@ -1201,7 +1219,7 @@ class Journal:
                 "highest_written_txid": self._highest_written,
                 "open_segment": self._open.start if self._open else None,
                 "segments": [s.name for s in self.storage.list_segments()],
-                "batches_written": self.stats.batches_written,
+                "batches_written": self.record_stats().batches_written,
                 "committed_hints_dropped": self.committed_hints_dropped,
                 "purged_segments": self.stats.purged_segments,
                 "purged_bytes": self.stats.purged_bytes,

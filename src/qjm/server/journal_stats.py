@@ -47,20 +47,27 @@ class JournalStats:
         self.out_of_sync = False  # refused the writer's batches this segment; cleared by the next start
 
     def record_durable(
-        self, index: Sequence[tuple[int, int, int, int]], first: int, committed: int, seconds: float, now: float
+        self,
+        index: Sequence[tuple[int, int, int, int]],
+        first: int,
+        end: int,
+        committed: int,
+        seconds: float,
+        now: float,
     ) -> None:
-        """Frames ``index[first:]`` ((first_txid, last_txid, offset, length) each) were made durable
-        by one sync of ``seconds``. A frame wholly at or below ``committed`` was already on a quorum
-        before it arrived here: Hadoop's "written while lagging"."""
-        n = len(index) - first
+        """Frames ``index[first:end]`` ((first_txid, last_txid, offset, length) each) were made
+        durable by one sync of ``seconds``. A frame wholly at or below ``committed`` was already on
+        a quorum before it arrived here: Hadoop's "written while lagging"."""
+        n = end - first
         if n <= 0:
             return
-        head, tail = index[first], index[-1]
+        head, tail = index[first], index[end - 1]
         self.batches_written += n
         self.txns_written += tail[1] - head[0] + 1
         self.bytes_written += tail[2] + tail[3] - head[2]
         if head[1] <= committed:
-            self.batches_written_while_lagging += bisect.bisect_right(index, committed, first, key=_LAST_TXID) - first
+            lagging = bisect.bisect_right(index, committed, first, end, key=_LAST_TXID) - first
+            self.batches_written_while_lagging += lagging
         self.sync_seconds.observe(seconds)
         self.last_journal_time = now
 

@@ -56,7 +56,7 @@ def current_lag(committed: int, written: int) -> int:
 def journal_figures(j: Journal) -> dict[str, object]:
     """One journal as the status page and the collector show it."""
     st = j.peek_state()
-    s = j.stats
+    s = j.record_stats()
     out: dict[str, object] = {"journal_id": j.journal_id, "formatted": st is not None}
     if st is not None:
         out.update(
@@ -251,7 +251,7 @@ class NodeMetrics(Collector):
         for j in journals:
             label = [j.journal_id]
             st = j.peek_state()
-            s = j.stats
+            s = j.record_stats()
             fam["batches"].add_metric(label, s.batches_written)
             fam["txns"].add_metric(label, s.txns_written)
             fam["bytes"].add_metric(label, s.bytes_written)
