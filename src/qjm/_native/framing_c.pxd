@@ -44,7 +44,7 @@ cdef extern from "qjm/frame.h" nogil:
 # dispatcher: on a CPU with AVX-512 the dispatcher runs 512-bit multiplies, which lower the core's
 # clock for a while after each use; a node verifying, and a writer sealing, one frame per commit
 # then runs its whole commit slower (about 30 us of a 350 us sync, docs/performance.md). SSE2 still
-# hashes 14 GB/s here, some 5% of a core at the disk's ceiling.
+# hashes 14 GB/s here, about 4% of a core at the disk's ceiling.
 cdef extern from "xxhash.h" nogil:
     ctypedef unsigned long long XXH64_hash_t
     XXH64_hash_t XXH3_64bits(const void *data, size_t length)

@@ -309,15 +309,15 @@ class FanoutLink:
 
     def _release(self) -> None:
         """Leave the engine and close the socket (``fail`` has failed what was pending); again is harmless."""
-        latencies = None
+        sink, latencies = self._on_latencies, None
         with self._lock:
             link_id, self._id = self._id, -1
             if link_id >= 0:
                 self._final_acked = int(self._engine.fanout.acked(link_id))
-                if self._on_latencies is not None:
+                if sink is not None:
                     latencies = self._engine.fanout.take_latencies(link_id)
         if link_id >= 0:
             self._engine.unregister(link_id)
             self._sock.close()
-        if latencies is not None and self._on_latencies is not None:
-            self._on_latencies(*latencies)
+        if sink is not None and latencies is not None:
+            sink(*latencies)

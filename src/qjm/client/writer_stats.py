@@ -107,7 +107,8 @@ class AckTimer:
         self.latency = [Histogram() for _ in self.probes]
         self._lock = threading.Lock()
         # The nodes timed here: a sync that made its quorum over links that time themselves has
-        # nothing to do (Python right after the wait runs on cold caches: this was ~20 µs a sync).
+        # nothing to do here, which matters because Python right after the wait runs on cold
+        # caches (a poll after each quorum costs ~20 µs of sync latency, docs/performance.md).
         self._timed = [
             (p, q, h) for p, q, h in zip(self.probes, self._pending, self.latency, strict=True) if p.latency is None
         ]

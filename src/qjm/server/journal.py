@@ -605,18 +605,21 @@ class Journal:
         done = (seg.index, seg.synced, len(seg.index), self._committed, self._clock() - started, time.time())
         seg.synced = len(seg.index)
         with self._stats_lock:
-            if self._unrecorded is not None:  # a caller that did not record its last sync
-                self.stats.record_durable(*self._unrecorded)
+            self._record_unrecorded()  # a caller that did not record its last sync
             self._unrecorded = done
 
     def record_stats(self) -> JournalStats:
         """Count the last sync in ``stats`` and return them: the data plane calls it once the
         sync's ack is out, readers before they look."""
         with self._stats_lock:
-            if self._unrecorded is not None:
-                self.stats.record_durable(*self._unrecorded)
-                self._unrecorded = None
+            self._record_unrecorded()
         return self.stats
+
+    def _record_unrecorded(self) -> None:
+        """(_stats_lock held.)"""
+        if self._unrecorded is not None:
+            self.stats.record_durable(*self._unrecorded)
+            self._unrecorded = None
 
     def note_committed(self, epoch: int, txid: int) -> None:
         """The writer's data plane says a quorum holds everything through ``txid``."""
