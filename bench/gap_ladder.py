@@ -8,13 +8,14 @@ adding one part of qjm to the rung below it:
 
 1. ``C``: the C networked floor (``bench/netfloor``'s ``net`` mode, no protocol).
 2. ``py``: the same round with Python at both ends and qjm's segment appender
-   (``bench/netfloor/pyfloor.py``).
-3. ``bare``: a minimal Python writer (one thread, ``select``, as pyfloor's) sending qjm frames
-   over qjm's data-plane wire to three bare receiver processes: qjm's native ``Receiver``, frame
-   check and appender in one thread, no ``Journal``, no JournalNode.
-4. ``node``: the same writer against three real JournalNodes (a ``MiniJournalCluster``): the
-   node's data plane, ``Journal.journal`` and everything else a node runs. A qjm writer formats
-   the journal and starts the segment, then lets go of it; the frames carry its epoch on.
+   (``qjm.bench.pyfloor``'s ``py``, which ``qjm bench`` runs beside its C floor).
+3. ``bare``: a minimal Python writer (one thread, ``select``) sending qjm frames over qjm's
+   data-plane wire to three bare receiver processes: qjm's native ``Receiver``, frame check and
+   appender in one thread, no ``Journal``, no JournalNode (``qjm.bench.pyfloor``'s ``bare``).
+4. ``node``: the same writer (``qjm.bench.pyfloor.commit_rounds``) against three real JournalNodes
+   (a ``MiniJournalCluster``): the node's data plane, ``Journal.journal`` and everything else a
+   node runs. A qjm writer formats the journal and starts the segment, then lets go of it; the
+   frames carry its epoch on.
 5. ``qjm``: qjm's writer itself (``open_writer``, ``append`` + ``sync``) against a fresh cluster.
 
 Each rung times COMMITS commits after WARM uncounted ones. Each round prints every rung's p50 and
@@ -29,7 +30,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import select
 import shutil
 import socket
 import statistics
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 HERE = Path(__file__).resolve().parent
 COMMITS = 3000
-WARM = 300
+WARM = 200  # as qjm.bench.pyfloor.WARMUP: every rung counts alike
 RECORD = 1024
 RUNGS = ("C", "py", "bare", "node", "qjm")
 
@@ -78,99 +78,12 @@ def c_floor(binary: Path, directory: str) -> tuple[float, float]:
         shutil.rmtree(sub, ignore_errors=True)
 
 
-def py_floor(directory: str) -> tuple[float, float]:
-    sub = tempfile.mkdtemp(prefix="gap-py-", dir=directory)
+def python_floor(mode: str, directory: str) -> tuple[float, float]:
+    """The ``py`` or ``bare`` rung: ``qjm.bench.pyfloor`` in a fresh process."""
+    sub = tempfile.mkdtemp(prefix=f"gap-{mode}-", dir=directory)
     try:
-        return _json_rung([sys.executable, str(HERE / "netfloor" / "pyfloor.py"), sub, str(COMMITS)])
+        return _json_rung([sys.executable, "-m", "qjm.bench.pyfloor", mode, sub, str(WARM + COMMITS)])
     finally:
-        shutil.rmtree(sub, ignore_errors=True)
-
-
-def raw_writer(socks: list[socket.socket], epoch: int, segment: int, first_txid: int) -> list[float]:
-    """Commit WARM + COMMITS one-record frames from ``first_txid`` on: send each to every socket,
-    then ``select`` until two have acked it. Returns the counted commits' latencies in ns."""
-    from qjm._native import framing
-    from qjm.protocol import wire
-
-    ack_size = wire.ACK.size
-    record = os.urandom(RECORD)
-    acks = [0] * len(socks)
-    bufs = [bytearray() for _ in socks]
-    lat: list[float] = []
-    for r in range(WARM + COMMITS):
-        frame = framing.encode_frame([record], epoch=epoch, segment_txid=segment, first_txid=first_txid + r)
-        t = time.perf_counter_ns()
-        for s in socks:
-            s.sendall(frame)
-        # One frame a commit, so each node's r + 1-th ack is this commit's.
-        while sum(n > r for n in acks) < 2:
-            ready, _, _ = select.select(socks, [], [])
-            for s in ready:
-                i = socks.index(s)
-                data = s.recv(65536)
-                if not data:
-                    raise RuntimeError(f"node {i} hung up")
-                buf = bufs[i]
-                buf += data
-                while len(buf) >= ack_size:
-                    if bytes(buf[:4]) != wire.ACK_MAGIC:
-                        msg, _ = wire.parse_reply(buf)
-                        raise RuntimeError(f"node {i} answered {msg!r}")
-                    del buf[:ack_size]
-                    acks[i] += 1
-        if r >= WARM:
-            lat.append(time.perf_counter_ns() - t)
-    return lat
-
-
-def _bare_receiver(listener: socket.socket, path: str) -> None:
-    from qjm._native import fanout, framing, segment_io
-
-    sock, _ = listener.accept()
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    rx = fanout.Receiver(sock)
-    rx.hello()
-    app = segment_io.Appender(path, framing.encode_segment_header(1, 1))
-    while True:
-        run = rx.next_run()
-        if run is None:
-            return
-        last = 0
-        for frame in run[0]:
-            _, _, _, last = framing.verify_frame_ids(frame)
-            app.append(frame)
-        if last:
-            app.sync()
-            rx.ack(last)
-
-
-def bare(directory: str) -> list[float]:
-    from qjm.protocol import wire
-
-    sub = tempfile.mkdtemp(prefix="gap-bare-", dir=directory)
-    pids: list[int] = []
-    socks: list[socket.socket] = []
-    try:
-        for i in range(3):
-            listener = socket.create_server(("127.0.0.1", 0))
-            pid = os.fork()
-            if pid == 0:
-                try:
-                    _bare_receiver(listener, os.path.join(sub, f"segment-{i}"))
-                finally:
-                    os._exit(0)
-            pids.append(pid)
-            s = socket.create_connection(listener.getsockname())
-            listener.close()
-            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            s.sendall(wire.encode_hello("gap"))
-            socks.append(s)
-        return raw_writer(socks, 1, 1, 1)
-    finally:
-        for s in socks:
-            s.close()
-        for pid in pids:
-            os.waitpid(pid, 0)
         shutil.rmtree(sub, ignore_errors=True)
 
 
@@ -194,6 +107,8 @@ def _all_nodes_hold(w: Writer) -> int:
 
 def node(directory: str) -> list[float]:
     import qjm
+    from qjm._native import framing
+    from qjm.bench import pyfloor
     from qjm.protocol import wire
     from qjm.testing.minicluster import MiniJournalCluster
 
@@ -211,7 +126,17 @@ def node(directory: str) -> list[float]:
                     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                     s.sendall(wire.encode_hello(journal))
                     socks.append(s)
-                return raw_writer(socks, epoch, segment, last + 1)
+                record = os.urandom(RECORD)
+
+                def frame(r: int) -> bytes:
+                    return framing.encode_frame([record], epoch=epoch, segment_txid=segment, first_txid=last + 1 + r)
+
+                def check(i: int, ack: bytes) -> None:
+                    if ack[:4] != wire.ACK_MAGIC:
+                        raise RuntimeError(f"node {i} answered {wire.parse_reply(bytearray(ack))[0]!r}")
+
+                lat = pyfloor.commit_rounds(socks, frame, WARM + COMMITS, wire.ACK.size, check)
+                return [t * 1e9 for t in lat]
             finally:
                 for s in socks:
                     s.close()
@@ -251,8 +176,8 @@ def main(rounds: int, directory: str) -> None:
         binary = runner.build(Path(tmp))
         steps: dict[str, Callable[[], tuple[float, float]]] = {
             "C": lambda: c_floor(binary, directory),
-            "py": lambda: py_floor(directory),
-            "bare": lambda: _quantiles(bare(directory)),
+            "py": lambda: python_floor("py", directory),
+            "bare": lambda: python_floor("bare", directory),
             "node": lambda: _quantiles(node(directory)),
             "qjm": lambda: _quantiles(qjm_writer(directory)),
         }

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import qjm
-from qjm.bench import control_floor, download, driver, floor, report, workload
+from qjm.bench import control_floor, download, driver, floor, pyfloor, report, workload
 from qjm.protocol.frame import FRAME_HEADER_SIZE, RECORD_PREFIX_SIZE
 
 
@@ -90,11 +90,18 @@ def test_ceiling_figures_and_the_note() -> None:
 
 
 def test_c_floors_compile_and_run_in_this_run(tmp_path: Path) -> None:
-    """bench/netfloor built and run for real (the checkout has it, and the build needs gcc)."""
+    """bench/netfloor built and run for real (the checkout has it, and the build needs gcc), and
+    the Python floors beside it, each run of them counted; their segment files are gone after."""
     c = floor.run_c_floors(str(tmp_path), smoke=True)
     assert "skipped" not in c, c
-    assert 0 < c["local_p50_us"] <= c["local_p99_us"] and 0 < c["net_p50_us"] <= c["net_p99_us"]
-    assert c["local_cpu_us"] > 0 and c["net_cpu_us"] > 0  # netfloor and its receivers, per commit
+    for mode in ("local", "net", "py", "bare"):
+        assert 0 < c[f"{mode}_p50_us"] <= c[f"{mode}_p99_us"], mode
+        assert c[f"{mode}_cpu_us"] > 0, mode  # the writer and its receivers, per commit
+        assert len(c["spread"][f"{mode}_p50_us"]["phases"]) == workload.SMOKE["phases"]
+    assert [n for n in os.listdir(tmp_path) if n != "netfloor"] == []
+    p50 = report.sync_goals(c, {"sync_p50_us": 2 * c["net_p50_us"]})["sync_p50_us"]
+    assert p50["python_floors"]["bare"] == pytest.approx(c["bare_p50_us"] / c["net_p50_us"])
+    assert p50["protocol_us"] == pytest.approx(2 * c["net_p50_us"] - c["bare_p50_us"])
     note = report.c_floor_note(c, {"sync_p50_us": 2 * c["net_p50_us"]})
     assert "qjm native sync p50 = 2.00x the networked floor" in note
     assert "CPU per sync commit" not in note  # no figure of qjm's to set beside it
@@ -259,6 +266,43 @@ def test_a_ratio_to_the_c_floor_whose_phases_straddle_its_goal_is_not_called_set
     assert "settled" not in report.sync_goals(no_phases, wide)["sync_p99_us"]
     empty = dict(c, spread={"net_p50_us": workload.spread([]), "net_p99_us": workload.spread([])})
     assert "settled" not in report.sync_goals(empty, wide)["sync_p99_us"]
+
+
+def test_the_python_floors_refuse_bad_arguments_with_a_usage_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for argv in ([], ["c", str(tmp_path), "300"], ["py", str(tmp_path), "200"], ["py", str(tmp_path), "x"]):
+        assert pyfloor.main(argv) == 2
+        assert "usage: python -m qjm.bench.pyfloor py|bare DIR ROUNDS" in capsys.readouterr().err
+    assert pyfloor.main(["bare", str(tmp_path / "absent"), "300"]) == 2
+    assert "is not a directory" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="more than the 200 warm-up rounds"):
+        pyfloor.measure("py", str(tmp_path), 200)
+
+
+def test_the_python_floors_say_what_the_sync_goal_leaves_qjms_protocol() -> None:
+    """The goal's allowance over the bare floor, in µs, and what qjm's protocol takes; a goal below
+    the bare floor itself is called out of reach for Python processes."""
+    c = {"local_p50_us": 150.0, "local_p99_us": 300.0, "net_p50_us": 200.0, "net_p99_us": 400.0,
+         "py_p50_us": 230.0, "py_p99_us": 450.0, "bare_p50_us": 250.0, "bare_p99_us": 500.0,
+         "py_cpu_us": 180.0, "bare_cpu_us": 190.0}  # fmt: skip
+    native = {"sync_p50_us": 300.0, "sync_p99_us": 560.0}
+    verdicts = report.sync_goals(c, native)
+    assert verdicts["sync_p50_us"]["python_floors"] == pytest.approx({"py": 1.15, "bare": 1.25})
+    assert verdicts["sync_p50_us"]["allowance_us"] == pytest.approx(-10.0)  # 1.2 x 200 - 250
+    assert verdicts["sync_p50_us"]["protocol_us"] == pytest.approx(50.0)
+    assert verdicts["sync_p99_us"]["allowance_us"] == pytest.approx(100.0)  # 1.5 x 400 - 500
+    note = report.c_floor_note(c, native)
+    assert "with no protocol p50 230 µs = 1.15x the C networked floor" in note
+    assert "(bare) 250 µs = 1.25x" in note
+    assert "The goal lies 10 µs a commit below bare itself: out of reach for Python processes; it takes 50 µs" in note
+    assert "CPU per commit, every process: py 180 µs, bare 190 µs" in note
+    roomy = report.c_floor_note(dict(c, bare_p50_us=220.0), native)
+    assert "The goal leaves qjm's protocol 20 µs a commit over bare; it takes 80 µs" in roomy
+    # Runs of the C floors alone (JSON of before the Python floors): no note of them.
+    alone = {k: v for k, v in c.items() if not k.startswith(("py_", "bare_"))}
+    assert "python_floors" not in report.sync_goals(alone, native)["sync_p50_us"]
+    assert "Python processes" not in report.c_floor_note(alone, native)
 
 
 def test_a_figure_is_the_median_of_counted_phases_and_the_warm_up_is_left_out() -> None:

@@ -68,7 +68,8 @@ def estimate_seconds(smoke: bool, peers: bool, tls: bool = False) -> float:
     phases = int(cfg["phases"]) + 1
     tput = len(RECORD_SIZES) * phases * cfg["seconds"]
     floor = 1 + tput + 2 * cfg["seconds"] + phases * cfg["rounds"] * 3e-4 + cfg["failovers"] * 0.05
-    c_floors = 1 + int(cfg["phases"]) * 2 * (cfg["rounds"] + 200) * 3e-4
+    # C local and networked, then the Python floors (a process start-up each)
+    c_floors = 1 + int(cfg["phases"]) * (4 * (cfg["rounds"] + 200) * 3e-4 + 2 * 0.3)
     # cold takeovers: over gRPC with disk work and without, over sockets with it
     control_floor = 1 + 3 * (cfg["cold_failovers"] + 1) * 0.4
     # a worker: cluster, latency, tail staleness and reading, throughput, failovers in its process
@@ -120,12 +121,16 @@ def run(
       and every counted ``phases`` value (failovers: ``q1``, ``q3`` and every ``runs`` value);
       ``warmup`` the warm-up phases, which are not counted;
     - ``c_floors``: ``local_p50_us``, ``local_p99_us``, ``net_p50_us``, ``net_p99_us``,
-      ``local_cpu_us``, ``net_cpu_us`` (CPU per commit of netfloor and its receivers) (medians of
-      runs) and their ``spread``, or ``skipped``: why;
+      ``local_cpu_us``, ``net_cpu_us`` (CPU per commit of netfloor and its receivers), and the
+      same networked round in Python processes (``qjm.bench.pyfloor``): ``py_*`` with no protocol,
+      ``bare_*`` over qjm's wire and native receiver (``_p50_us``, ``_p99_us``, ``_cpu_us``)
+      (medians of runs) and their ``spread``, or ``skipped``: why;
     - ``sync_goals`` (empty when the C floors were skipped): for ``sync_p50_us`` and ``sync_p99_us``,
-      qjm native's ratio to the C networked floor's (medians), ``goal``, ``met``, and with the
+      qjm native's ratio to the C networked floor's (medians), ``goal``, ``met``, with the
       phases of both ``phases_ratio`` (the widest ratio they allow) and ``settled`` (False when
-      the goal lies inside it);
+      the goal lies inside it), and with the Python floors ``python_floors`` (each over the C
+      floor), ``allowance_us`` (what the goal leaves qjm's protocol over ``bare``; negative when
+      the goal is below ``bare``) and ``protocol_us`` (what it takes);
     - ``control_floor`` (absent when it failed: see ``failed_phases``): ``cold_p50_ms`` and
       ``cold_nodisk_p50_ms``, a cold process's takeover rounds over bare gRPC to three servers
       doing the node's disk work in each round, or none, and ``cold_socket_p50_ms``, the same rounds

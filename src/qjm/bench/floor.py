@@ -10,7 +10,8 @@ place, new preallocated segment, first append), three directories at once.
 ``run_c_floors`` builds and runs ``bench/netfloor/netfloor.c`` (from a source checkout with a C
 compiler): the same disk pattern in plain C, locally and as a writer with three receiver processes
 on loopback (2 of 3 acks, no protocol, no Python): how close to the floor any implementation with a
-network hop can get on this machine.
+network hop can get on this machine. Beside it, run for run, the same networked round in Python
+processes (``qjm.bench.pyfloor``): with no protocol, and over qjm's wire and native receiver.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import resource
 import shutil
 import statistics
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +35,7 @@ from qjm._native import framing, segment_io
 from qjm.bench.workload import (
     FULL,
     LATENCY_RECORD,
+    PYTHON_FLOORS,
     RECORD_SIZES,
     SMOKE,
     cpu_per_record,
@@ -295,7 +298,9 @@ def worker_floor(base: str, cfg: dict[str, float]) -> dict[str, Any]:
     return out
 
 
-NETFLOOR_WARMUP = 200  # rounds netfloor.c runs before it counts
+NETFLOOR_WARMUP = 200  # rounds netfloor.c runs before it counts; qjm.bench.pyfloor runs as many
+# run one after the other in each run: C local and networked, then the Python floors
+NETWORKED_FLOORS = ("local", "net", *PYTHON_FLOORS)
 
 
 def _netfloor_source() -> str | None:
@@ -309,6 +314,9 @@ def run_c_floors(base: str, smoke: bool) -> dict[str, Any]:
     """The C reference of ``bench/netfloor`` in this run: its local floor (three threads, the same
     disk pattern, no network) and its networked floor (a writer and three receiver processes on
     loopback, 2 of 3 acks, no protocol and no Python): what any implementation could reach here.
+    Each run of them is followed by the same networked round in Python processes
+    (``qjm.bench.pyfloor``): ``py`` with no protocol, ``bare`` over qjm's wire and native receiver
+    with no protocol: what any qjm whose writer and nodes are Python processes could reach.
     Returns ``{"skipped": why}`` where there is no checkout or no C compiler."""
     src = _netfloor_source()
     cc = shutil.which("gcc") or shutil.which("cc")
@@ -323,27 +331,36 @@ def run_c_floors(base: str, smoke: bool) -> dict[str, Any]:
     cfg = SMOKE if smoke else FULL
     rounds = cfg["rounds"] + NETFLOOR_WARMUP
     out: dict[str, Any] = {}
-    runs: dict[str, list[float]] = {f"{m}_{q}_us": [] for m in ("local", "net") for q in ("p50", "p99", "cpu")}
-    for phase in range(int(cfg["phases"])):  # netfloor runs its own warm-up rounds: every run counts
-        progress(f"C floors (bench/netfloor): run {phase + 1}/{int(cfg['phases'])}")
-        for mode in ("local", "net"):
+    runs: dict[str, list[float]] = {f"{m}_{q}_us": [] for m in NETWORKED_FLOORS for q in ("p50", "p99", "cpu")}
+    for phase in range(int(cfg["phases"])):  # each floor runs its own warm-up rounds: every run counts
+        progress(f"C and Python floors (bench/netfloor, qjm.bench.pyfloor): run {phase + 1}/{int(cfg['phases'])}")
+        for mode in NETWORKED_FLOORS:
             d = os.path.join(base, f"c-{mode}-{phase}")
             os.makedirs(d)
             if not smoke:
                 os.sync()
-            argv = [exe, mode, d, str(rounds)]
-            before = resource.getrusage(resource.RUSAGE_CHILDREN)
-            done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=600)
-            after = resource.getrusage(resource.RUSAGE_CHILDREN)  # netfloor and the receivers it reaps
-            if done.returncode != 0:
-                raise RuntimeError(f"qjm bench: netfloor {mode} failed ({done.returncode}):\n{done.stderr[-4000:]}")
-            r = json.loads(done.stdout.strip().splitlines()[-1])
+            if mode in PYTHON_FLOORS:
+                r = _run_json([sys.executable, "-m", "qjm.bench.pyfloor", mode, d, str(rounds)], f"pyfloor {mode}")
+                cpu = r["cpu_us"]  # the counted rounds' own: a Python process's start-up is not a commit's
+            else:
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                r = _run_json([exe, mode, d, str(rounds)], f"netfloor {mode}")
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)  # netfloor and the receivers it reaps
+                cpu = (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) / rounds * 1e6
             runs[f"{mode}_p50_us"].append(r["p50_us"])
             runs[f"{mode}_p99_us"].append(r["p99_us"])
-            cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
-            runs[f"{mode}_cpu_us"].append(cpu / rounds * 1e6)  # per commit, set-up and warm-up rounds included
+            runs[f"{mode}_cpu_us"].append(cpu)  # per commit (netfloor's: set-up and warm-up rounds included)
             shutil.rmtree(d, ignore_errors=True)
     for key, values in runs.items():
         out[key] = statistics.median(values)
     out["spread"] = {key: spread(values) for key, values in runs.items()}
     return out
+
+
+def _run_json(argv: list[str], what: str) -> dict[str, Any]:
+    """Run a floor's process; its last line of output, a JSON object."""
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(f"qjm bench: {what} failed ({done.returncode}):\n{done.stderr[-4000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result

@@ -12,6 +12,7 @@ from typing import Any
 
 from qjm.bench import goals
 from qjm.bench.workload import (
+    PYTHON_FLOORS,
     RECORD_SIZES,
     ROLL_PHASE_LIMIT,
     ROLL_RECORD,
@@ -299,8 +300,33 @@ def c_floor_note(c: dict[str, Any], native: dict[str, Any]) -> str:
         f"p50 {_fig(c, 'net_p50_us')} µs = {_ratio(np_, lp):.2f}x its local floor, "
         f"p99 {_fig(c, 'net_p99_us')} µs; qjm native sync p50 = {_verdict(verdicts['sync_p50_us'])}, "
         f"p99 = {_verdict(verdicts['sync_p99_us'], 'the networked p99')}, "
-        f"{_ratio(native['sync_p50_us'], lp):.2f}x the C local floor" + cpu_per_commit_note(c, native)
+        f"{_ratio(native['sync_p50_us'], lp):.2f}x the C local floor"
+        + cpu_per_commit_note(c, native)
+        + python_floors_note(c, verdicts["sync_p50_us"])
     )
+
+
+def python_floors_note(c: dict[str, Any], p50: dict[str, Any]) -> str:
+    """The Python floors beside the C floor: how much of the sync goal a qjm of Python processes has
+    left for its protocol once Python and qjm's own wire have taken their share."""
+    if "python_floors" not in p50:
+        return ""
+    f = p50["python_floors"]
+    text = (
+        f". The same round in Python processes (qjm.bench.pyfloor, this run): with no protocol p50 "
+        f"{_fig(c, 'py_p50_us')} µs = {f['py']:.2f}x the C networked floor; over qjm's wire and native receiver "
+        f"with no protocol (bare) {_fig(c, 'bare_p50_us')} µs = {f['bare']:.2f}x. "
+    )
+    allowance = p50["allowance_us"]
+    if allowance > 0:
+        text += f"The goal leaves qjm's protocol {allowance:.0f} µs a commit over bare"
+    else:
+        text += f"The goal lies {-allowance:.0f} µs a commit below bare itself: out of reach for Python processes"
+    if "protocol_us" in p50:
+        text += f"; it takes {p50['protocol_us']:.0f} µs"
+    if "py_cpu_us" in c and "bare_cpu_us" in c:
+        text += f" (CPU per commit, every process: py {c['py_cpu_us']:.0f} µs, bare {c['bare_cpu_us']:.0f} µs)"
+    return text
 
 
 def sync_goals(c: dict[str, Any], native: dict[str, Any]) -> dict[str, Any]:
@@ -310,7 +336,12 @@ def sync_goals(c: dict[str, Any], native: dict[str, Any]) -> dict[str, Any]:
     range holds the goal. Empty when the C floors were not measured.
 
     Why ``settled``: p99s (qjm's and the floor's) can swing 2-3x between phases on a shared VM, and
-    a medians' ratio alone would read as a verdict either way."""
+    a medians' ratio alone would read as a verdict either way.
+
+    With the Python floors of the run (``qjm.bench.pyfloor``), ``python_floors`` gives theirs over
+    the C floor (``py``: Python at both ends, no protocol; ``bare``: qjm's wire and native receiver,
+    no protocol), ``protocol_us`` what qjm's protocol adds to ``bare`` and ``allowance_us`` what the
+    goal leaves it (negative: the goal is below ``bare`` itself)."""
     if "skipped" in c:
         return {}
     out: dict[str, Any] = {}
@@ -320,6 +351,13 @@ def sync_goals(c: dict[str, Any], native: dict[str, Any]) -> dict[str, Any]:
     ):
         ratio = _ratio(native[key], c[c_key]) if key in native else float("nan")
         v: dict[str, Any] = {"ratio": ratio, "goal": goal, "met": ratio <= goal}
+        q = c_key.split("_")[1]
+        if all(f"{m}_{q}_us" in c for m in PYTHON_FLOORS):
+            v["python_floors"] = {m: _ratio(c[f"{m}_{q}_us"], c[c_key]) for m in PYTHON_FLOORS}
+            bare = c[f"bare_{q}_us"]
+            v["allowance_us"] = goal * c[c_key] - bare
+            if key in native:
+                v["protocol_us"] = native[key] - bare
         mine = native.get("spread", {}).get(key)
         theirs = c.get("spread", {}).get(c_key)
         lo, hi = (_ratio(mine["min"], theirs["max"]), _ratio(mine["max"], theirs["min"])) if mine and theirs else (0, 0)

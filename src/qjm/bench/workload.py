@@ -25,6 +25,8 @@ from qjm.protocol.frame import FRAME_HEADER_SIZE, RECORD_PREFIX_SIZE
 RECORD_SIZES: Final = (100, 1024)
 LATENCY_RECORD: Final = 1024
 BATCH_BYTES: Final = 64 * 1024  # the Writer's default batch_bytes
+# the networked round in Python processes (qjm.bench.pyfloor): with no protocol, and over qjm's wire
+PYTHON_FLOORS: Final = ("py", "bare")
 
 # latency rounds per phase, seconds per throughput phase, counted phases (each part adds one
 # warm-up phase), failover repetitions (warm and cold), records whose tail staleness is measured,
