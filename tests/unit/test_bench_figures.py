@@ -450,6 +450,7 @@ def test_the_plot_has_every_panel_and_says_when_it_is_a_smoke_run(tmp_path: Path
         }
         if not smoke:
             result["control_floor"] = {"cold_p50_ms": 15.0}
+            result["c_floors"] = {"net_p50_us": 250.0, "py_p50_us": 280.0, "bare_p50_us": 290.0}
         out = tmp_path / f"plot-{smoke}.png"
         texts = report.plot_result(result, str(out))
         assert out.stat().st_size > 10_000
@@ -457,6 +458,9 @@ def test_the_plot_has_every_panel_and_says_when_it_is_a_smoke_run(tmp_path: Path
         assert any("failover" in t for t in texts) and any("tail staleness" in t for t in texts)
         assert ("not measured in this run" in texts) == (not tail)
         assert ("cold: bare gRPC rounds + disk work (floor)" in texts) == (not smoke)
+        floors = {"p50: C networked floor", "p50: Python, no protocol", "p50: qjm's wire, no protocol",
+                  "goal: p50 <= 1.2x the C floor"}  # fmt: skip
+        assert (floors <= set(texts)) == (not smoke)
         ticks = [t for t in texts if t[:1].isdigit()]
         assert {"300k", "1M", "2M"} <= set(ticks) and not {"400k", "700k"} & set(ticks), ticks
         assert not [t for t in texts if "times 10" in t or "\\times" in t or "^" in t], "a tick in 10^x form"

@@ -602,6 +602,17 @@ def plot_result(result: dict[str, Any], path: str) -> list[str]:
         if lat:
             top = max(top, pct(lat, 0.9))
             ax1.plot(lat, [(i + 1) / len(lat) for i in range(len(lat))], label=name)
+    c = result.get("c_floors", {})
+    if "net_p50_us" in c:  # the networked floors' medians and the goal, where the CDFs cross p50
+        marks = [("net", "C networked floor", ":"), ("py", "Python, no protocol", "-."),
+                 ("bare", "qjm's wire, no protocol", "--")]  # fmt: skip
+        for key, label, style in marks:
+            if f"{key}_p50_us" in c:
+                ax1.axvline(c[f"{key}_p50_us"], color="black", linestyle=style, linewidth=0.9, label=f"p50: {label}")
+        goal = goals.SYNC_P50_OVER_NETFLOOR * c["net_p50_us"]
+        ax1.axvline(goal, color="red", linestyle="--", linewidth=0.9,
+                    label=f"goal: p50 <= {goals.SYNC_P50_OVER_NETFLOOR}x the C floor")  # fmt: skip
+        top = max(top, goal)
     ax1.set_xlim(0, top * 1.1 or 1)  # linear, to the slowest p90: the tail beyond is in the table
     ax1.set_xlabel("sync commit latency of one 1 KiB record (µs), linear, cut at the slowest p90")
     ax1.set_ylabel("fraction of commits")
