@@ -4,7 +4,8 @@ Three measurements, side by side, each in its own process and all under one base
 
 - **floor** (``floor``): three concurrent local appenders doing exactly the node's write pattern,
   with no network and no protocol; and, from a source checkout with a C compiler, the C floors of
-  ``bench/netfloor/netfloor.c``, locally and over loopback.
+  ``bench/netfloor/netfloor.c``, locally and over loopback, each run followed by the same networked
+  round in Python processes (``pyfloor``: with no protocol, and over qjm's wire).
 - **qjm native** (``workers``): a writer and three JournalNodes (``MiniJournalCluster``
   subprocesses) on loopback.
 - **qjm pure**: the same with ``QJM_NO_EXTENSIONS=1`` in the writer and the nodes.

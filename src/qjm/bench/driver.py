@@ -164,7 +164,7 @@ def run(
         raw: dict[str, Any] = {
             "floor": run_worker("floor", os.path.join(base, "floor"), smoke, pure=False),
         }
-        progress(f"C floors ({time.monotonic() - t0:.0f} s so far)", False)
+        progress(f"C and Python networked floors ({time.monotonic() - t0:.0f} s so far)", False)
         c_floors = run_c_floors(base, smoke)
         progress(
             f"control floor: a takeover's rounds over bare gRPC and sockets ({time.monotonic() - t0:.0f} s so far)",
