@@ -131,11 +131,7 @@ def node(directory: str) -> list[float]:
                 def frame(r: int) -> bytes:
                     return framing.encode_frame([record], epoch=epoch, segment_txid=segment, first_txid=last + 1 + r)
 
-                def check(i: int, ack: bytes) -> None:
-                    if ack[:4] != wire.ACK_MAGIC:
-                        raise RuntimeError(f"node {i} answered {wire.parse_reply(bytearray(ack))[0]!r}")
-
-                lat = pyfloor.commit_rounds(socks, frame, WARM + COMMITS, wire.ACK.size, check)
+                lat = pyfloor.commit_rounds(socks, frame, WARM + COMMITS, wire.ACK.size, pyfloor.check_ack)
                 return [t * 1e9 for t in lat]
             finally:
                 for s in socks:

@@ -15,6 +15,7 @@ import pytest
 
 import qjm
 from qjm.bench import control_floor, download, driver, floor, pyfloor, report, workload
+from qjm.protocol import wire
 from qjm.protocol.frame import FRAME_HEADER_SIZE, RECORD_PREFIX_SIZE
 
 
@@ -278,6 +279,12 @@ def test_the_python_floors_refuse_bad_arguments_with_a_usage_line(
     assert "is not a directory" in capsys.readouterr().err
     with pytest.raises(ValueError, match="more than the 200 warm-up rounds"):
         pyfloor.measure("py", str(tmp_path), 200)
+    with pytest.raises(ValueError, match="mode must be one of py, bare"):
+        pyfloor.measure("C", str(tmp_path), 300)
+    pyfloor.check_ack(0, wire.encode_ack(7))
+    refusal = wire.encode_error("FENCED", "epoch 3 is below 4", 0)[: wire.ACK.size]
+    with pytest.raises(RuntimeError, match=r"receiver 2 answered .* instead of an ack"):
+        pyfloor.check_ack(2, refusal)
 
 
 def test_the_python_floors_say_what_the_sync_goal_leaves_qjms_protocol() -> None:

@@ -341,7 +341,7 @@ def run_c_floors(base: str, smoke: bool) -> dict[str, Any]:
                 os.sync()
             if mode in PYTHON_FLOORS:
                 r = _run_json([sys.executable, "-m", "qjm.bench.pyfloor", mode, d, str(rounds)], f"pyfloor {mode}")
-                cpu = r["cpu_us"]  # the counted rounds' own: a Python process's start-up is not a commit's
+                cpu = r["cpu_us"]  # from its first fork: a Python process's start-up is not a commit's
             else:
                 before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 r = _run_json([exe, mode, d, str(rounds)], f"netfloor {mode}")

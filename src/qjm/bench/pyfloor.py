@@ -124,9 +124,12 @@ def _bare_receiver(sock: socket.socket, path: str) -> None:
         rx.close()
 
 
-def _check_bare_ack(i: int, ack: bytes) -> None:
+def check_ack(i: int, ack: bytes) -> None:
+    """``commit_rounds``'s ``check_ack`` for qjm's data plane: an ERROR (or anything but an ACK)
+    from receiver ``i`` ends the run, naming what it said."""
     if ack[: len(wire.ACK_MAGIC)] != wire.ACK_MAGIC:
-        raise RuntimeError(f"receiver {i} answered something other than an ack: {ack!r}")
+        said, _ = wire.parse_reply(bytearray(ack))
+        raise RuntimeError(f"receiver {i} answered {said if said is not None else ack!r} instead of an ack")
 
 
 def _cpu(usage: resource.struct_rusage) -> float:
@@ -144,7 +147,8 @@ def _pair() -> tuple[socket.socket, socket.socket]:
 
 def measure(mode: str, directory: str, rounds: int) -> dict[str, float]:
     """Run ``mode``'s round ``rounds`` times (warm-up included) with segment files in ``directory``;
-    returns ``p50_us``, ``p90_us``, ``p99_us`` and ``cpu_us`` of the counted rounds."""
+    returns ``p50_us``, ``p90_us`` and ``p99_us`` of the counted rounds, and ``cpu_us``, the CPU of
+    the writer and its receivers from the first fork on, per round (warm-up rounds included)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
     if rounds <= WARMUP:
@@ -183,7 +187,7 @@ def measure(mode: str, directory: str, rounds: int) -> dict[str, float]:
             record = os.urandom(RECORD)
             lat = commit_rounds(
                 socks, lambda r: framing.encode_frame([record], epoch=1, segment_txid=1, first_txid=r + 1), rounds,
-                wire.ACK.size, _check_bare_ack,
+                wire.ACK.size, check_ack,
             )  # fmt: skip
         cpu = _cpu(resource.getrusage(resource.RUSAGE_SELF)) - _cpu(start)
     finally:

@@ -318,7 +318,7 @@ def python_floors_note(c: dict[str, Any], p50: dict[str, Any]) -> str:
         f"with no protocol (bare) {_fig(c, 'bare_p50_us')} µs = {f['bare']:.2f}x. "
     )
     allowance = p50["allowance_us"]
-    if allowance > 0:
+    if allowance >= 0:
         text += f"The goal leaves qjm's protocol {allowance:.0f} µs a commit over bare"
     else:
         text += f"The goal lies {-allowance:.0f} µs a commit below bare itself: out of reach for Python processes"
@@ -345,13 +345,10 @@ def sync_goals(c: dict[str, Any], native: dict[str, Any]) -> dict[str, Any]:
     if "skipped" in c:
         return {}
     out: dict[str, Any] = {}
-    for key, c_key, goal in (
-        ("sync_p50_us", "net_p50_us", goals.SYNC_P50_OVER_NETFLOOR),
-        ("sync_p99_us", "net_p99_us", goals.SYNC_P99_OVER_NETFLOOR),
-    ):
+    for q, goal in (("p50", goals.SYNC_P50_OVER_NETFLOOR), ("p99", goals.SYNC_P99_OVER_NETFLOOR)):
+        key, c_key = f"sync_{q}_us", f"net_{q}_us"
         ratio = _ratio(native[key], c[c_key]) if key in native else float("nan")
         v: dict[str, Any] = {"ratio": ratio, "goal": goal, "met": ratio <= goal}
-        q = c_key.split("_")[1]
         if all(f"{m}_{q}_us" in c for m in PYTHON_FLOORS):
             v["python_floors"] = {m: _ratio(c[f"{m}_{q}_us"], c[c_key]) for m in PYTHON_FLOORS}
             bare = c[f"bare_{q}_us"]
