@@ -425,6 +425,8 @@ def test_sync_batch_ends_early_when_a_link_fails_or_on_notify(loop: Loop) -> Non
 
 def test_sync_batch_reads_its_own_acks_with_no_loop_running(fo: ModuleType) -> None:
     # The waiting thread reads the acks itself, so an ack wakes it and nothing else (no loop here).
+    # With no loop to release the parked links, the native engine keeps the commit notice for each
+    # link's next send; either way each node reads the notice before the next batch.
     f = fo.Fanout()
     links, mine, nodes = _nodes(f)
     fr, notice = frame(1), wire.encode_commit(3, 1)
@@ -433,10 +435,32 @@ def test_sync_batch_reads_its_own_acks_with_no_loop_running(fo: ModuleType) -> N
     assert sorted(f.acked(link) for link in links) == [0, 1, 1]
     for t in answers:
         t.join(WAIT)
-    for n in nodes:
-        assert recv_exactly(n, len(notice)) == notice
+    fr2, notice2 = frame(2), wire.encode_commit(3, 2)
+    answers = [_answer(n, len(notice) + len(fr2), 2) for n in nodes]
+    assert f.sync_batch(links, fr2, 2, 3, notice2, WAIT) == 3
+    for t in answers:
+        t.join(WAIT)
+    f.send(links[0], frame(3), 3)
+    assert recv_exactly(nodes[0], len(notice2)) == notice2  # the second notice before the next batch
     _hang_up_all(f, links, mine, nodes)
     f.close()
+
+
+def test_a_kept_notice_goes_ahead_of_the_next_send_in_order(
+    parked: tuple[Any, list[int], list[socket.socket]],
+) -> None:
+    """Links parked for good keep a sync_batch's commit notice until they next send: the node reads
+    it just ahead of that send's bytes (the pure engine, which parks nothing, sent it at once)."""
+    f, links, nodes = parked
+    fr, notice = frame(1), wire.encode_commit(3, 1)
+    answers = [_answer(n, len(fr), 1) for n in nodes]
+    assert f.sync_batch(links, fr, 1, 3, notice, WAIT) == 3
+    for t in answers:
+        t.join(WAIT)
+    late = frame(2)
+    for link, n in zip(links, nodes, strict=True):
+        assert f.send(link, late, 2) == 0
+        assert recv_exactly(n, len(notice) + len(late)) == notice + late
 
 
 def _wait_acked(f: Any, link: int, txid: int) -> None:
@@ -778,6 +802,49 @@ def test_receiver_hello_runs_and_acks(fo: ModuleType) -> None:
     assert got_commits == [(2, 3)]
     rx.ack(9)
     assert recv_exactly(writer, 16) == wire.encode_ack(9)
+    writer.close()
+    mine.close()
+
+
+def test_a_non_waiting_ack_never_blocks_and_the_rest_follows_in_order(fo: ModuleType) -> None:
+    """The node acks under its journal's lock: a writer that reads no acks must not hold it."""
+    writer, mine = pair()
+    mine.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    rx = fo.Receiver(mine)
+
+    def fill(first: int) -> list[int]:
+        """Ack from ``first`` on until the socket, which the writer does not read, takes no more."""
+        acks = [first]
+        while rx.ack(acks[-1], False):
+            acks.append(acks[-1] + 1)
+            assert len(acks) < 1_000_000, "the socket never filled up"
+        return acks  # the last refused whole or in part: kept for later
+
+    acks = fill(1)
+    sent = threading.Event()
+
+    def flush() -> None:
+        rx.flush()
+        sent.set()
+
+    t = threading.Thread(target=flush)
+    t.start()
+    assert not sent.wait(0.05), "flush returned with the socket full and the writer reading nothing"
+    got = recv_exactly(writer, 16 * len(acks))
+    t.join(WAIT)
+    assert sent.is_set()
+    assert got == b"".join(wire.encode_ack(i) for i in acks)
+    rx.flush()  # nothing left: no wait
+    assert rx.ack(acks[-1] + 1, False)
+    assert recv_exactly(writer, 16) == wire.encode_ack(acks[-1] + 1)
+    # An ERROR message sent after an ack the socket refused goes after it.
+    acks = fill(acks[-1] + 2)
+    out: list[bytes] = []
+    t = threading.Thread(target=lambda: out.append(recv_exactly(writer, 16 * len(acks) + 5)))
+    t.start()
+    rx.send(b"ERROR")
+    t.join(WAIT)
+    assert out == [b"".join(wire.encode_ack(i) for i in acks) + b"ERROR"]
     writer.close()
     mine.close()
 

@@ -52,7 +52,8 @@ def frame(first: int, size: int = 10) -> bytes:
 
 class Node:
     """One TLS data-plane connection served as the node serves it: a Receiver (of the module given)
-    runs the handshake, then reads and acks each run through its session. Without a module, a
+    runs the handshake, then reads and acks each run through its session, with and without waiting
+    by turns. Without a module, a
     peer that only runs the handshake (with Python's ssl)."""
 
     def __init__(self, tls: TlsConfig, rx_module: ModuleType | None, *, answer: bool = True) -> None:
@@ -83,12 +84,17 @@ class Node:
             rx.handshake(self.rx_module.TlsServer(self.tls.ca_file, self.tls.cert_file, self.tls.key_file), WAIT)
             self.outcome.put(identity_of_der(rx.peer_certificate()))
             self.outcome.put(rx.hello())
+            waits = False
             while (run := rx.next_run()) is not None:
                 frames, commits = run
                 self.frames += frames
                 self.commits += commits
                 if frames:
-                    rx.ack(framing.decode_header(frames[-1][:FRAME_HEADER_SIZE]).last_txid)
+                    # As the JournalNode acks (without waiting, then the rest), and the waiting way,
+                    # by turns: the acks arrive in order either way.
+                    waits = not waits
+                    rx.ack(framing.decode_header(frames[-1][:FRAME_HEADER_SIZE]).last_txid, waits)
+                    rx.flush()
             self.outcome.put("eof")
             rx.close()
         except (OSError, ssl.SSLError) as e:
@@ -154,6 +160,24 @@ def test_a_tls_link_delivers_every_frame_in_order_and_carries_the_acks(
     assert node.frames == sent
     assert node.commits == [(1, t - 1) for t in range(1, 201) if t % 7 == 0]
     assert f.inflight(link) == (0, 0)
+    f.remove(link)
+    sock.close()
+    assert node.outcome.get(timeout=WAIT) == "eof"
+    node.close()
+
+
+def test_a_sync_batch_commit_notice_reaches_the_node_through_the_session_before_the_next_batch(
+    pki: Pki, engine: ModuleType, receiver: ModuleType, loop: tuple[Any, Any]
+) -> None:
+    """The native engine keeps the notice of a parked link for its next send, and encrypts it then."""
+    f, events = loop
+    node = Node(pki.nodes[0], receiver)
+    sock, link = hello_over_tls(f, engine, node, pki)
+    assert f.sync_batch([link], frame(1), 1, 1, wire.encode_commit(1, 1), WAIT) == 1
+    assert f.send(link, frame(2), 2) == 0
+    until_acked(events, link, 2)
+    assert node.frames == [frame(1), frame(2)]
+    assert node.commits == [(1, 1)]
     f.remove(link)
     sock.close()
     assert node.outcome.get(timeout=WAIT) == "eof"

@@ -256,6 +256,43 @@ def test_a_refused_frame_reports_no_durable_txid_of_another_writer(env: Env) -> 
     assert not hasattr(oinfo.value, "durable_txid")
 
 
+def test_the_ack_goes_out_once_durable_and_a_failed_ack_loses_no_bookkeeping(env: Env) -> None:
+    """``journal``'s ack runs as soon as the run is durable (before the index and stats are kept,
+    which no writer waits on); if it fails (the writer's connection is gone), the frames are still
+    the journal's: the next run continues after them."""
+    j = env.journal()
+    w = writing(j, epoch=1, upto=3)
+    st = j.storage
+    acked: list[int] = []
+
+    def ack(txid: int) -> None:
+        if isinstance(st, MemoryStorage):  # everything written is durable by now
+            name = next(n for n in st.file_names() if "inprogress" in n)
+            assert st.durable_size(name) == len(st.read_file(name))
+        acked.append(txid)
+
+    assert j.journal([frame(4, 2, epoch=1, seg=1), frame(6, 1, epoch=1, seg=1)], ack) == 6
+    assert acked == [6]
+
+    def lost(txid: int) -> None:
+        raise ConnectionResetError("the writer hung up")
+
+    with pytest.raises(ConnectionResetError):
+        j.journal([frame(7, 2, epoch=1, seg=1)], lost)
+    assert j.journal([frame(9, 1, epoch=1, seg=1)], ack) == 9
+    assert acked == [6, 9]
+    # A run refused part-way is not acked: the error carries what of it is durable.
+    with pytest.raises(OutOfOrderError) as info:
+        j.journal([frame(10, 1, epoch=1, seg=1), frame(12, 1, epoch=1, seg=1)], ack)
+    assert info.value.durable_txid == 10  # type: ignore[attr-defined]
+    assert acked == [6, 9]
+    j.finalize_log_segment(w.req(), 1, 10)  # the node's end is 10: refused otherwise
+    name = [n for n in env.names(st) if n.startswith("edits_0")]
+    assert len(name) == 1
+    data = st.read_file(name[0]) if isinstance(st, MemoryStorage) else (Path(st.current) / name[0]).read_bytes()
+    assert records_of(data) == [b"t%d" % t for t in range(1, 11)]
+
+
 def test_serial_must_increase_and_higher_epoch_is_adopted(env: Env) -> None:
     j = env.journal()
     j.new_epoch(NS, 1)

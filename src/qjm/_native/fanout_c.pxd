@@ -230,6 +230,9 @@ ctypedef struct link_t:
     bint held                       # a sync_batch reads this link's input: the loop does not watch it
     bint parked                     # held between sync_batch calls; released when idle or sent to
     long long parked_ns             # CLOCK_MONOTONIC when it was parked
+    PyObject *notice                # a commit notice kept for the link's next send (a reference), or NULL
+    const char *notice_p            # its bytes
+    Py_ssize_t notice_n
     bint news                       # acked advanced or a failure to report
     bint registered
     unsigned char *rbuf
@@ -315,9 +318,13 @@ cdef class Receiver:
     cdef bint _eof
     cdef Py_ssize_t _max_frame
     cdef object _memory
+    # Plaintext bytes a non-waiting ack could not send yet (with TLS they wait in the session's BIO).
+    cdef char _unsent[64]
+    cdef Py_ssize_t _nunsent
 
     cdef int _fill(self, Py_ssize_t need) except -1
     cdef void _consume(self, Py_ssize_t n) noexcept
     cdef int _shrink(self) except -1
-    cdef int _write(self, const char *p, Py_ssize_t n) except -1
+    cdef int _write(self, const char *p, Py_ssize_t n, bint wait=*) except -1
+    cdef int _send_unsent(self) except -1
     cdef int _fill_tls(self) except -1

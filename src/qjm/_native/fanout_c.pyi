@@ -99,7 +99,9 @@ class Fanout:
         """Send ``frame`` on each of ``links`` (as ``send`` does, awaiting ``last_txid``), wait without
         the GIL until ``need`` of them have acknowledged ``last_txid``, then queue ``notice`` (if not
         None) on each of them. Returns how many had acknowledged it. The waiting thread reads the
-        links' acks itself: no ``run`` loop is needed for the quorum."""
+        links' acks itself: no ``run`` loop is needed for the quorum. A link it leaves parked keeps
+        the notice for its next send (the node reads it just ahead of that send's bytes), or until
+        ``run`` releases the link idle (``park_seconds``)."""
 
     def run(self, callback: Callable[[int, int, str, object], None]) -> None:
         """Serve every link until ``stop``; ``callback(link, acked, code, detail)`` reports news.
@@ -155,8 +157,15 @@ class Receiver:
         before it have been returned.
         """
 
-    def ack(self, txid: int) -> None:
-        """Tell the writer everything through ``txid`` is durable."""
+    def ack(self, txid: int, wait: bool = True) -> bool:
+        """Tell the writer everything through ``txid`` is durable; True once all of it is sent.
+
+        ``wait=False`` never blocks (a caller holding the journal's lock must not wait on a peer
+        that does not read): what the socket does not take at once is sent by ``flush``, or before
+        anything sent after it, and False says so."""
+
+    def flush(self) -> None:
+        """Send, waiting, what ``ack(..., wait=False)`` left unsent (nothing to do: no system call)."""
 
 def wire_layout() -> dict[str, dict[str, int]]:
     """Field offsets and sizes of the data-plane message headers, and the constants, from include/qjm/wire.h."""

@@ -107,6 +107,9 @@ cdef void _drop_queue(link_t *l) noexcept nogil:
     cdef Py_ssize_t i
     for i in range(l.qhead, l.qlen):
         _rel_push(l, l.q[i].obj)
+    if l.notice != NULL:
+        _rel_push(l, l.notice)
+        l.notice = NULL
     l.qhead = l.qlen = 0
     l.chead = l.clen = 0
     l.flhead = l.fllen = 0
@@ -562,6 +565,30 @@ cdef bint _unpark(int ep, link_t *links, link_t *l) noexcept nogil:
     return True
 
 
+cdef bint _take_notice(int ep, link_t *l) noexcept nogil:
+    # Put the commit notice a sync_batch kept for the link's next send on its way out (queued, or
+    # encrypted into the link's buffer), ahead of anything sent after it; True if it was. The caller
+    # holds l.mu and flushes. A notice that cannot be queued is dropped: notices are hints, and the
+    # next one says more.
+    cdef PyObject *o = l.notice
+    cdef bint ok = True
+    if o == NULL:
+        return False
+    l.notice = NULL
+    if l.state != L_OPEN:
+        ok = False
+    elif l.ssl != NULL:
+        if not _tls_write(l, l.notice_p, l.notice_n):
+            _fail_tls(ep, l)
+            ok = False
+    elif _push(l, o, l.notice_p, l.notice_n):
+        return True
+    else:
+        ok = False
+    _rel_push(l, o)     # encrypted (or dropped): the buffer is let go
+    return ok
+
+
 cdef int _enqueue(int ep, link_t *links, link_t *l, PyObject *pre, const char *prep, Py_ssize_t npre,
                   PyObject *fr, const char *frp, Py_ssize_t n, uint64_t last, PyObject ***rel,
                   Py_ssize_t *nrel, bint release, bint *released) noexcept nogil:
@@ -577,6 +604,9 @@ cdef int _enqueue(int ep, link_t *links, link_t *l, PyObject *pre, const char *p
     cdef int e
     pthread_mutex_lock(&l.mu)
     released[0] = release and _unpark(ep, links, l)
+    was_empty = l.qhead == l.qlen if l.ssl == NULL else l.clen == l.chead
+    if l.notice != NULL:
+        _take_notice(ep, l)     # the commit notice held back for this send goes first
     if l.state != L_OPEN:
         rc = -1
     elif last and (l.fllen - l.flhead >= l.max_count
@@ -585,7 +615,6 @@ cdef int _enqueue(int ep, link_t *links, link_t *l, PyObject *pre, const char *p
         rc = 1
     elif l.ssl != NULL:
         # Encrypted at once (through the sink BIO, into cbuf); the buffers are let go.
-        was_empty = l.clen == l.chead
         if (pre != NULL and not _tls_write(l, prep, npre)) or not _tls_write(l, frp, n):
             _fail_tls(ep, l)
             rc = -1
@@ -602,7 +631,6 @@ cdef int _enqueue(int ep, link_t *links, link_t *l, PyObject *pre, const char *p
                     _fail(ep, l, F_OSERROR, e, NULL, 0)
                     rc = -3
     else:
-        was_empty = l.qhead == l.qlen
         if pre != NULL and not _push(l, pre, prep, npre):
             rc = -2
         elif not _push(l, fr, frp, n):
@@ -623,6 +651,18 @@ cdef int _enqueue(int ep, link_t *links, link_t *l, PyObject *pre, const char *p
     l.nrel = l.relcap = 0
     pthread_mutex_unlock(&l.mu)
     return rc
+
+
+cdef bint _send_kept_notice(int ep, link_t *links, link_t *l) noexcept nogil:
+    # Send the notice kept for a parked link's next send now (the caller holds l.mu); True if the
+    # link failed doing so.
+    cdef bint was_empty = l.qhead == l.qlen if l.ssl == NULL else l.clen == l.chead
+    cdef int e
+    if _take_notice(ep, l) and was_empty:
+        e = _flush(ep, l, _token(links, l))
+        if e:
+            _fail(ep, l, F_OSERROR, e, NULL, 0)
+    return l.state != L_OPEN
 
 
 cdef int _poll_until(pollfd *fds, Py_ssize_t n, timespec *deadline) noexcept nogil:
@@ -739,8 +779,10 @@ cdef class Fanout:
     ``park_seconds``: after a ``sync_batch`` that reached its quorum, its links stay held by the
     syncing side (parked) for that long, so that a writer syncing batch after batch does not hand
     them to the loop and take them back each time, nor wake the loop for the slowest node's ack:
-    the next ``sync_batch`` reads it. A ``send`` on a parked link releases it at once; the loop
-    releases links idle that long (0: never parked). A hang-up still reaches the loop at once.
+    the next ``sync_batch`` reads it. The commit notice of that ``sync_batch`` waits on a parked
+    link too, to go out with its next send, in the same system call. A ``send`` on a parked link
+    releases it at once; the loop releases links idle that long (0: never parked), sending the
+    notice kept (none came). A hang-up still reaches the loop at once.
 
     ``latency_bounds``: ascending upper bounds in seconds (at most 32) of the ack latencies each
     link counts, every frame sent with a ``last_txid`` timed from its send to the ack covering it
@@ -866,18 +908,25 @@ cdef class Fanout:
             <void>c_write(self._wake, &one, 8)
 
     cdef void _release_idle(self, long long now) noexcept nogil:
-        # The loop's round: release every link parked for _park_ns or more (or failed meanwhile).
+        # The loop's round: release every link parked for _park_ns or more (or failed meanwhile),
+        # sending the commit notice kept for its next send: none came.
         cdef int s
         cdef int released = 0
         cdef link_t *l
+        cdef bint failed = False
+        cdef unsigned long long one = 1
         for s in range(self._nslots):
             l = &self._links[s]
             pthread_mutex_lock(&l.mu)
             if l.parked and (l.state != L_OPEN or now - l.parked_ns >= self._park_ns):
+                if l.notice != NULL and _send_kept_notice(self._ep, self._links, l):
+                    failed = True
                 if _unpark(self._ep, self._links, l):
                     released += 1
             pthread_mutex_unlock(&l.mu)
         self._held_delta(-released, False)
+        if failed:
+            <void>c_write(self._wake, &one, 8)   # the next round reports it
 
     cdef link_t *_get(self, object link, int *slot) except NULL:
         cdef long long v = link
@@ -1170,7 +1219,9 @@ cdef class Fanout:
                    double timeout):
         """Send ``frame`` on each of ``links`` (as ``send`` does, awaiting ``last_txid``), wait without
         the GIL until ``need`` of them have acknowledged ``last_txid``, then queue ``notice`` (if not
-        None) on each of them. Returns how many had acknowledged it.
+        None) on each of them. Returns how many had acknowledged it. A link left parked keeps the
+        notice for its next send (the node reads it just ahead of that send's bytes), or until the
+        loop releases the link idle.
 
         The wait also ends, with fewer than ``need``, when one of the links is no longer open, when
         ``notify`` runs (the caller's own state changed) or after ``timeout`` seconds; the caller
@@ -1209,6 +1260,9 @@ cdef class Fanout:
         cdef bint *mine
         cdef bint park = False
         cdef long long now = 0
+        cdef bint kept
+        cdef const char *nbytes
+        cdef Py_ssize_t nlen
         if timeout != timeout:
             raise ValueError("timeout is NaN")
         if timeout > 1e6:
@@ -1357,11 +1411,32 @@ cdef class Fanout:
                 if failed:
                     <void>c_write(self._wake, &one, 8)
             if count >= need and notice is not None:
+                # A parked link keeps the notice for its next send (the next sync_batch's frame, in
+                # the same system call) or until the loop releases it idle: sent now, it costs a
+                # system call per node on the commit's path, and each node a wake-up for it.
+                nbytes = PyBytes_AS_STRING(notice)
+                nlen = PyBytes_GET_SIZE(notice)
                 for i in range(n):
-                    try:
-                        self._send(links[i], notice, 0, None, False)
-                    except ValueError:
-                        pass  # the link left the engine meanwhile: its node is out of sync already
+                    kept = False
+                    if park and mine[i]:
+                        l = &arr[slots[i]]
+                        Py_INCREF(notice)
+                        pthread_mutex_lock(&l.mu)
+                        if l.gen == gens[i] and l.parked and l.state == L_OPEN:
+                            if l.notice != NULL:
+                                _rel_push(l, l.notice)
+                            l.notice = <PyObject *>notice
+                            l.notice_p = nbytes
+                            l.notice_n = nlen
+                            kept = True
+                        pthread_mutex_unlock(&l.mu)
+                        if not kept:
+                            Py_DECREF(notice)
+                    if not kept:
+                        try:
+                            self._send(links[i], notice, 0, None, False)
+                        except ValueError:
+                            pass  # the link left the engine meanwhile: its node is out of sync already
         finally:
             free(slots)
             free(gens)
@@ -1683,6 +1758,7 @@ cdef class Receiver:
     def __init__(self, sock, max_frame=QJM_FRAME_HEADER_SIZE + _MAX_PAYLOAD, memory=None):
         if self._buf != NULL:
             raise RuntimeError("Receiver is already initialised")
+        self._nunsent = 0
         self._sock = sock
         self._fd = sock.fileno()
         self._max_frame = max_frame
@@ -1767,8 +1843,10 @@ cdef class Receiver:
         finally:
             X509_free(x)
 
-    cdef int _write(self, const char *p, Py_ssize_t n) except -1:
-        # All of p to the peer (encrypted first, with a session), without the GIL.
+    cdef int _write(self, const char *p, Py_ssize_t n, bint wait=True) except -1:
+        # All of p to the peer (encrypted first, with a session), without the GIL, after whatever
+        # an earlier write left unsent. Not ``wait``: only what the socket takes at once; returns 1
+        # if some is left (plaintext in _unsent, TLS in the session's BIO) for a later write.
         cdef ssize_t r = 0
         cdef int err = 0
         cdef bint refused = False
@@ -1776,6 +1854,16 @@ cdef class Receiver:
         cdef SSL *ssl = self._ssl
         cdef BIO *wbio = NULL
         cdef char *c = NULL
+        cdef int flags = MSG_NOSIGNAL if wait else MSG_NOSIGNAL | MSG_DONTWAIT
+        cdef bint held = False
+        if ssl == NULL and not wait and n > <Py_ssize_t>sizeof(self._unsent) - self._nunsent:
+            raise RuntimeError("a non-waiting write larger than what a receiver keeps unsent (acks only)")
+        if ssl == NULL and self._nunsent:
+            if not wait:
+                memcpy(self._unsent + self._nunsent, p, <size_t>n)
+                self._nunsent += n
+                return 1
+            self._send_unsent()
         with nogil:
             if ssl != NULL:
                 wbio = SSL_get_wbio(ssl)
@@ -1790,11 +1878,13 @@ cdef class Receiver:
                 n = 0 if refused else BIO_get_mem_data(wbio, &c)
                 p = c
             while n > 0:
-                r = send(fd, p, <size_t>n, MSG_NOSIGNAL)
+                r = send(fd, p, <size_t>n, flags)
                 if r < 0:
                     err = errno
                     if err == EINTR:
                         continue
+                    if not wait and err == EAGAIN:
+                        held = True
                     break
                 p += r
                 n -= r
@@ -1802,9 +1892,46 @@ cdef class Receiver:
                     _bio_skip(wbio, r)
         if refused:
             raise TlsError(f"TLS write failed: {_reason()}")
+        if held:
+            if ssl == NULL:
+                memcpy(self._unsent, p, <size_t>n)
+                self._nunsent = n
+            return 1
         if n > 0:
             raise OSError(err, os.strerror(err))
         return 0
+
+    cdef int _send_unsent(self) except -1:
+        # Send _unsent whole, waiting (plaintext).
+        cdef Py_ssize_t off = 0
+        cdef Py_ssize_t n = self._nunsent
+        cdef ssize_t r = 0
+        cdef int err = 0
+        cdef int fd = self._fd
+        cdef char *b = self._unsent
+        with nogil:
+            while off < n:
+                r = send(fd, b + off, <size_t>(n - off), MSG_NOSIGNAL)
+                if r < 0:
+                    err = errno
+                    if err == EINTR:
+                        continue
+                    break
+                off += r
+        if off:
+            memmove(self._unsent, self._unsent + off, <size_t>(n - off))
+            self._nunsent = n - off
+        if self._nunsent:
+            raise OSError(err, os.strerror(err))
+        return 0
+
+    def flush(self):
+        """Send, waiting, what ``ack(..., wait=False)`` left unsent (nothing to do: no system call)."""
+        if self._ssl != NULL:
+            if BIO_ctrl_pending(SSL_get_wbio(self._ssl)):
+                self._write(NULL, 0)
+        elif self._nunsent:
+            self._write(NULL, 0)
 
     def send(self, bytes data not None):
         """Send ``data`` whole to the peer (an ERROR message), through the session if any."""
@@ -2006,8 +2133,12 @@ cdef class Receiver:
                 return None
             self._fill(need - pos)
 
-    def ack(self, unsigned long long txid):
-        """Tell the writer everything through ``txid`` is durable."""
+    def ack(self, unsigned long long txid, bint wait=True):
+        """Tell the writer everything through ``txid`` is durable; True once all of it is sent.
+
+        ``wait=False`` never blocks (a caller holding the journal's lock must not wait on a peer
+        that does not read): what the socket does not take at once is sent by ``flush``, or before
+        anything sent after it, and False says so."""
         cdef qjm_ack msg
         cdef const char *b = <const char *>&msg
         cdef Py_ssize_t off = 0
@@ -2016,9 +2147,8 @@ cdef class Receiver:
         msg.magic = QJM_ACK_MAGIC
         msg.reserved = 0
         msg.txid = txid
-        if self._ssl != NULL:
-            self._write(b, sizeof(qjm_ack))
-            return
+        if self._ssl != NULL or self._nunsent or not wait:
+            return self._write(b, sizeof(qjm_ack), wait) == 0
         with nogil:
             while off < <Py_ssize_t>sizeof(qjm_ack):
                 r = send(fd, b + off, sizeof(qjm_ack) - <size_t>off, MSG_NOSIGNAL)
@@ -2029,6 +2159,7 @@ cdef class Receiver:
                 off += r
         if r < 0:
             raise OSError(errno, os.strerror(errno))
+        return True
 
 
 def wire_layout():

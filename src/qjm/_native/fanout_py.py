@@ -299,9 +299,10 @@ class Fanout:
     """Pipelined sender to many nodes: one selector loop, one non-blocking connection per link.
 
     ``park_seconds`` is checked as the native engine checks it and otherwise unused: this loop
-    watches every link at all times, so a sync_batch has nothing to keep parked (the native
-    engine's parking saves system calls and wake-ups, not behaviour anyone can observe beyond
-    when the slowest node's ack is read).
+    watches every link at all times, so a sync_batch has nothing to keep parked, and sends its
+    commit notice at once (the native engine's parking saves system calls and wake-ups, not
+    behaviour anyone can observe beyond when the slowest node's ack is read and when a notice
+    leaves: at the latest with the link's next send, or ``park_seconds`` after the sync_batch).
 
     ``latency_bounds``: ascending upper bounds in seconds (at most 32) of the ack latencies each
     link counts, every frame sent with a ``last_txid`` timed from its send to the ack covering it
@@ -740,6 +741,7 @@ class Receiver:
         self._cap = _RECV  # the buffer never holds more than this; past _RECV it is budgeted
         self._closed = False
         self._tls: ssl.SSLSocket | None = None
+        self._unsent = b""  # what a non-waiting ack could not send yet
 
     def handshake(self, tls: TlsServer, timeout: float) -> None:
         """Run the node's side of the TLS handshake first, within ``timeout`` seconds in all; the
@@ -775,10 +777,17 @@ class Receiver:
 
     def send(self, data: bytes) -> None:
         """Send ``data`` whole to the peer (an ERROR message), through the session if any."""
+        if self._unsent:
+            data, self._unsent = self._unsent + data, b""
         try:
             self._sock.sendall(data)
         except ssl.SSLError as e:
             raise TlsError(f"TLS write failed: {e}") from None
+
+    def flush(self) -> None:
+        """Send, waiting, what ``ack(..., wait=False)`` left unsent (nothing to do: no system call)."""
+        if self._unsent:
+            self.send(b"")
 
     def close(self) -> None:
         """Give back the memory held past the base buffer; the receiver cannot be used after."""
@@ -890,11 +899,29 @@ class Receiver:
                 return None
             self._fill(need)
 
-    def ack(self, txid: int) -> None:
-        """Tell the writer everything through ``txid`` is durable."""
+    def ack(self, txid: int, wait: bool = True) -> bool:
+        """Tell the writer everything through ``txid`` is durable; True once all of it is sent.
+
+        ``wait=False`` never blocks (a caller holding the journal's lock must not wait on a peer
+        that does not read): what the socket does not take at once is sent by ``flush``, or before
+        anything sent after it, and False says so. Through a TLS session it sends nothing at once
+        (a non-blocking write of an ``ssl`` socket must be retried with the same bytes): all of it
+        waits for ``flush``."""
         if not 0 <= txid < 1 << 64:
             raise OverflowError(f"txid {txid} out of range")
-        self.send(wire.encode_ack(txid))
+        data = wire.encode_ack(txid)
+        if wait:
+            self.send(data)
+            return True
+        if self._unsent or self._tls is not None:
+            self._unsent += data
+            return False
+        try:
+            sent = self._sock.send(data, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            sent = 0
+        self._unsent = data[sent:]
+        return not self._unsent
 
 
 def wire_layout() -> dict[str, dict[str, int]]:

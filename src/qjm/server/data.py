@@ -3,9 +3,11 @@
 One thread per writer connection. The bytes are moved by ``qjm._native.fanout.Receiver`` (Cython,
 the GIL released while it waits and splits the stream; its pure twin when QJM_NO_EXTENSIONS=1):
 each run is every complete frame and commit notice received since the last one. The run goes to
-``Journal.journal`` (verify, fence, append, one fdatasync for all of them: group commit) and the
-highest durable txid is acked. While that fdatasync runs the next frames pile up in the socket, so
-a busy writer gets larger groups. A bad frame, a stale epoch or a txid gap is answered with one
+``Journal.journal`` (verify, fence, append, one fdatasync for all of them: group commit), which
+acks the highest durable txid as soon as it is durable, under the journal's lock and so without
+waiting on the socket (design §1.3); what the socket does not take at once follows when the run is
+done. While that fdatasync runs the next frames pile up in the socket, so a busy writer gets
+larger groups. A bad frame, a stale epoch or a txid gap is answered with one
 ERROR message and the connection is closed: a stream cannot be resynchronised safely, and the
 writer treats the node as out of sync until its next segment (style-anchors R17: the error
 becomes state, never an unwind through the receive loop).
@@ -61,8 +63,7 @@ def apply_run(
     """
     durable = 0
     if frames:
-        durable = journal.journal(frames)
-        ack(durable)
+        durable = journal.journal(frames, ack)  # acked once durable, before the journal's bookkeeping
         journal.record_stats()  # after the ack: the writer's quorum does not wait on bookkeeping
     if commits:
         journal.note_committed(*(commits[0] if len(commits) == 1 else max(commits, key=_NOTICE_TXID)))
@@ -133,9 +134,11 @@ class _Conn(socketserver.BaseRequestHandler):
         durable = 0
 
         def ack(txid: int) -> None:
+            # Called under the journal's lock: it must not wait on a writer that does not read its
+            # acks (new epochs would wait on it); what the socket does not take now goes at flush.
             nonlocal durable
             durable = txid
-            rx.ack(txid)
+            rx.ack(txid, False)
 
         try:
             jid = rx.hello()
@@ -150,6 +153,7 @@ class _Conn(socketserver.BaseRequestHandler):
                         return
                     frames, commits = run
                     apply_run(journal, frames, commits, ack)
+                    rx.flush()
         except QJMError as e:
             durable = getattr(e, "durable_txid", durable)
             log.info("data plane %s: refusing: %s: %s", self.client_address, type(e).__name__, e)

@@ -529,22 +529,34 @@ class Journal:
         )
         self.storage.move_aside(seg, f".superseded-epoch{res.last_epoch}")
 
-    def journal(self, frames: Sequence[bytes]) -> int:
+    def journal(self, frames: Sequence[bytes], ack: Callable[[int], None] | None = None) -> int:
         """Append a run of pipelined frames and make them durable with one fdatasync (group commit).
 
         Each frame is verified and checked for epoch and txid continuity before any byte of it is
         written; the node acknowledges only what this returns, i.e. what is on disk (invariant 4).
         Returns the highest durable txid of the open segment.
+
+        ``ack``, if given, is called with that txid as soon as the fdatasync returns, before the
+        bookkeeping nobody waits on (the index tailing reads, the stats): a writer's commit waits on
+        the ack, and Python run between a node's fdatasync and its ack costs the commit several
+        times its CPU time (docs/performance.md). It is called under the lock, so no other call sees
+        the frames durable before their bookkeeping is done. A refused run does not call it: the
+        error carries ``durable_txid`` instead.
         """
         with self._lock:
-            self._check_formatted()
+            if self._ns is None:
+                self._check_formatted()
             seg = self._open
-            written = 0
+            appended: list[tuple[int, int, int]] = []  # (first_txid, last_txid, length) of this call's frames
+            written_epoch = 0  # of the last frame appended
             try:
+                expected = seg.next_txid if seg is not None else 0
                 for frame in frames:
                     epoch, segment_txid, first_txid, last_txid = framing.verify_frame_ids(frame)
-                    if self._bugs is None or not self._bugs.skip_data_plane_epoch_check:
-                        self._check_writer(epoch)
+                    if (epoch != self._writer_epoch or epoch < self._promised) and (
+                        self._bugs is None or not self._bugs.skip_data_plane_epoch_check
+                    ):
+                        self._check_writer(epoch)  # raises FencedError
                     if seg is None:
                         raise OutOfSyncError(
                             f"cannot write to journal {self.journal_id}: no segment is open on this node"
@@ -559,20 +571,19 @@ class Journal:
                         raise OutOfSyncError(
                             f"writer thinks it is writing segment {segment_txid} but the open segment is {seg.start}"
                         )
-                    gap_ok = self._bugs is not None and self._bugs.accept_txid_gap and first_txid > seg.next_txid
-                    if first_txid != seg.next_txid and not gap_ok:
+                    if first_txid != expected and not (
+                        self._bugs is not None and self._bugs.accept_txid_gap and first_txid > expected
+                    ):
                         raise OutOfOrderError(
-                            f"frame starts at txid {first_txid}, expected {seg.next_txid}",
-                            expected=seg.next_txid,
+                            f"frame starts at txid {first_txid}, expected {expected}",
+                            expected=expected,
                             actual=first_txid,
                         )
                     self.hooks.before_append(self.journal_id, first_txid)
-                    offset = seg.appender.size
                     seg.appender.append(frame)
-                    seg.index.append((first_txid, last_txid, offset, len(frame)))
-                    seg.next_txid = last_txid + 1
-                    seg.last_epoch = epoch
-                    written += 1
+                    appended.append((first_txid, last_txid, len(frame)))
+                    written_epoch = epoch
+                    expected = last_txid + 1
             except BaseException as e:
                 if isinstance(e, OutOfSyncError | OutOfOrderError):
                     self.stats.record_out_of_sync()
@@ -580,17 +591,20 @@ class Journal:
                 # acknowledged. Only this call's frames: the node's own highest txid may hold
                 # another writer's bytes, and a fenced writer counting it as its ack could reach a
                 # false quorum and acknowledge records the log holds with other bytes (invariant 2).
-                if written and seg is not None and self._open is seg:
-                    self._sync_or_abort(seg)
+                if appended and seg is not None and self._open is seg:
+                    self._sync_or_abort(seg, appended, written_epoch, None)
                     e.durable_txid = seg.next_txid - 1  # type: ignore[attr-defined]
                 raise
             if seg is None:
                 raise OutOfSyncError(f"cannot write to journal {self.journal_id}: no segment is open on this node")
-            if written:
-                self._sync_or_abort(seg)
+            if appended:
+                self._sync_or_abort(seg, appended, written_epoch, ack)
             return seg.next_txid - 1
 
-    def _sync_or_abort(self, seg: _OpenSegment) -> None:
+    def _sync_or_abort(
+        self, seg: _OpenSegment, appended: list[tuple[int, int, int]], epoch: int, ack: Callable[[int], None] | None
+    ) -> None:
+        """Make ``appended`` (just written to ``seg``) durable, ``ack`` its last txid, then index it."""
         started = self._clock()
         try:
             if self._bugs is None or not self._bugs.ack_before_fsync:
@@ -601,12 +615,26 @@ class Journal:
             log.exception("journal %s: sync of segment %d failed; closing it", self.journal_id, seg.start)
             self._abort_open()
             raise
-        self._highest_written = seg.next_txid - 1
-        done = (seg.index, seg.synced, len(seg.index), self._committed, self._clock() - started, time.time())
-        seg.synced = len(seg.index)
-        with self._stats_lock:
-            self._record_unrecorded()  # a caller that did not record its last sync
-            self._unrecorded = done
+        seconds = self._clock() - started
+        durable = appended[-1][1]
+        try:
+            if ack is not None:
+                ack(durable)
+        finally:
+            # The appender's end less what this call wrote is where its first frame starts.
+            offset = seg.appender.size - sum(n for _, _, n in appended)
+            index = seg.index
+            for first_txid, last_txid, n in appended:
+                index.append((first_txid, last_txid, offset, n))
+                offset += n
+            seg.next_txid = durable + 1
+            seg.last_epoch = epoch
+            self._highest_written = durable
+            done = (index, seg.synced, len(index), self._committed, seconds, time.time())
+            seg.synced = len(index)
+            with self._stats_lock:
+                self._record_unrecorded()  # a caller that did not record its last sync
+                self._unrecorded = done
 
     def record_stats(self) -> JournalStats:
         """Count the last sync in ``stats`` and return them: the data plane calls it once the
