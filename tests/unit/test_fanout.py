@@ -446,21 +446,46 @@ def test_sync_batch_reads_its_own_acks_with_no_loop_running(fo: ModuleType) -> N
     f.close()
 
 
-def test_a_kept_notice_goes_ahead_of_the_next_send_in_order(
+def test_a_kept_notice_goes_ahead_of_the_next_send_in_order(fo: ModuleType) -> None:
+    """A writer syncing batch after batch: the native engine keeps each sync_batch's commit notice on
+    its parked links until they next send, and the node reads it just ahead of that send's bytes
+    (the pure engine, which parks nothing, sends it at once: the same bytes in the same order)."""
+    forever = PARKED_FOR_GOOD
+    with running(fo.Fanout(park_seconds=forever, keep_notice_seconds=forever)) as lp:
+        f = lp.fanout
+        links, mine, nodes = _nodes(f)
+        for t in (1, 2):  # the first parks the links, the second comes soon enough to keep its notice
+            fr = frame(t)
+            want = len(fr) + (len(wire.encode_commit(3, 1)) if t == 2 else 0)
+            answers = [_answer(n, want, t) for n in nodes]
+            assert f.sync_batch(links, fr, t, 3, wire.encode_commit(3, t), WAIT) == 3
+            for a in answers:
+                a.join(WAIT)
+        if fo.__name__.endswith("fanout_c"):
+            assert all(_nothing_more(n) for n in nodes)  # kept: not sent
+        late = frame(3)
+        for link, n in zip(links, nodes, strict=True):
+            assert f.send(link, late, 3) == 0
+            assert recv_exactly(n, len(late) + 24) == wire.encode_commit(3, 2) + late
+        _hang_up_all(f, links, mine, nodes)
+
+
+def test_a_notice_of_a_writer_syncing_now_and_then_goes_at_once(
     parked: tuple[Any, list[int], list[socket.socket]],
 ) -> None:
-    """Links parked for good keep a sync_batch's commit notice until they next send: the node reads
-    it just ahead of that send's bytes (the pure engine, which parks nothing, sent it at once)."""
+    """Its followers wait for it: a sync_batch that did not come within keep_notice_seconds (here
+    the first, and a second after a pause) sends its notice at once, even on links parked for good."""
     f, links, nodes = parked
-    fr, notice = frame(1), wire.encode_commit(3, 1)
-    answers = [_answer(n, len(fr), 1) for n in nodes]
-    assert f.sync_batch(links, fr, 1, 3, notice, WAIT) == 3
-    for t in answers:
-        t.join(WAIT)
-    late = frame(2)
-    for link, n in zip(links, nodes, strict=True):
-        assert f.send(link, late, 2) == 0
-        assert recv_exactly(n, len(notice) + len(late)) == notice + late
+    for t in (1, 2):
+        fr, notice = frame(t), wire.encode_commit(3, t)
+        answers = [_answer(n, len(fr), t) for n in nodes]
+        if t == 2:
+            time.sleep(0.001)  # a pause past keep_notice_seconds (0.2 ms), not synchronisation
+        assert f.sync_batch(links, fr, t, 3, notice, WAIT) == 3
+        for a in answers:
+            a.join(WAIT)
+        for n in nodes:
+            assert recv_exactly(n, len(notice)) == notice
 
 
 def _wait_acked(f: Any, link: int, txid: int) -> None:
@@ -566,6 +591,8 @@ def test_park_seconds_must_be_a_duration(fo: ModuleType) -> None:
     for bad in (-1.0, float("nan")):
         with pytest.raises(ValueError, match="park_seconds"):
             fo.Fanout(park_seconds=bad)
+        with pytest.raises(ValueError, match="keep_notice_seconds"):
+            fo.Fanout(keep_notice_seconds=bad)
     fo.Fanout(park_seconds=0).close()  # 0: never parked
 
 

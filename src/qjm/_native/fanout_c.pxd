@@ -273,6 +273,7 @@ cdef class Fanout:
     cdef int _nwaiters
     cdef int _syncers               # how many _sfds are set (_nmu): _bump_news scans them only then
     cdef long long _park_ns         # how long a link stays parked after its last sync_batch (0: never)
+    cdef long long _keep_ns         # a parked link keeps a notice if its sync_batches come this close
     cdef int _nheld                 # links a sync_batch holds or has parked (_nmu; counted after the
                                     # link's own mutex is let go): the loop's wait is timed while > 0
     cdef bint _timed                # the loop waits with a timeout, to release parked links (_nmu)

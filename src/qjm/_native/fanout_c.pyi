@@ -34,7 +34,9 @@ class TlsServer:
 class Fanout:
     """Pipelined sender to many nodes: one epoll loop, one non-blocking connection per link."""
 
-    def __init__(self, park_seconds: float = 0.002, latency_bounds: Iterable[float] = ()) -> None: ...
+    def __init__(
+        self, park_seconds: float = 0.002, latency_bounds: Iterable[float] = (), keep_notice_seconds: float = 0.0002
+    ) -> None: ...
     def add_link(
         self,
         sock: socket.socket,
@@ -101,7 +103,8 @@ class Fanout:
         None) on each of them. Returns how many had acknowledged it. The waiting thread reads the
         links' acks itself: no ``run`` loop is needed for the quorum. A link it leaves parked keeps
         the notice for its next send (the node reads it just ahead of that send's bytes), or until
-        ``run`` releases the link idle (``park_seconds``)."""
+        ``run`` releases the link idle (``park_seconds``), when this call came within
+        ``keep_notice_seconds`` of the one before on the link."""
 
     def run(self, callback: Callable[[int, int, str, object], None]) -> None:
         """Serve every link until ``stop``; ``callback(link, acked, code, detail)`` reports news.

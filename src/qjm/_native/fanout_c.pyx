@@ -779,10 +779,14 @@ cdef class Fanout:
     ``park_seconds``: after a ``sync_batch`` that reached its quorum, its links stay held by the
     syncing side (parked) for that long, so that a writer syncing batch after batch does not hand
     them to the loop and take them back each time, nor wake the loop for the slowest node's ack:
-    the next ``sync_batch`` reads it. The commit notice of that ``sync_batch`` waits on a parked
-    link too, to go out with its next send, in the same system call. A ``send`` on a parked link
-    releases it at once; the loop releases links idle that long (0: never parked), sending the
-    notice kept (none came). A hang-up still reaches the loop at once.
+    the next ``sync_batch`` reads it. A ``send`` on a parked link releases it at once; the loop
+    releases links idle that long (0: never parked). A hang-up still reaches the loop at once.
+
+    ``keep_notice_seconds``: a parked link whose ``sync_batch`` came within that of the one before
+    on it keeps the commit notice for its next send (in the same system call, ahead of its bytes),
+    or until the loop releases it idle: a writer syncing batch after batch saves a system call per
+    node on each commit's path, and each node a wake-up; one syncing now and then sends it at once,
+    as its followers wait for it.
 
     ``latency_bounds``: ascending upper bounds in seconds (at most 32) of the ack latencies each
     link counts, every frame sent with a ``last_txid`` timed from its send to the ack covering it
@@ -793,6 +797,7 @@ cdef class Fanout:
         cdef int i
         cdef epoll_event ev
         self._park_ns = 2000000
+        self._keep_ns = 200000
         self._nlat = 0
         self._nheld = 0
         self._timed = False
@@ -827,11 +832,13 @@ cdef class Fanout:
         if epoll_ctl(self._ep, EPOLL_CTL_ADD, self._wake, &ev) != 0:
             raise OSError(errno, os.strerror(errno))
 
-    def __init__(self, double park_seconds=0.002, latency_bounds=()):
+    def __init__(self, double park_seconds=0.002, latency_bounds=(), double keep_notice_seconds=0.0002):
         cdef list bounds = [float(b) for b in latency_bounds]
         cdef int i
         if not (park_seconds >= 0):
             raise ValueError(f"park_seconds must be >= 0, got {park_seconds}")
+        if not (keep_notice_seconds >= 0):
+            raise ValueError(f"keep_notice_seconds must be >= 0, got {keep_notice_seconds}")
         if len(bounds) > MAX_LAT_BOUNDS:
             raise ValueError(f"at most {MAX_LAT_BOUNDS} latency_bounds, got {len(bounds)}")
         if not all(0 < b < 1e9 for b in bounds) or any(a >= b for a, b in zip(bounds, bounds[1:])):
@@ -839,6 +846,7 @@ cdef class Fanout:
         if self._running or self._nslots:
             raise RuntimeError("Fanout.__init__ on an engine in use")
         self._park_ns = <long long>(min(park_seconds, 3600.0) * 1e9)
+        self._keep_ns = <long long>(min(keep_notice_seconds, 3600.0) * 1e9)
         for i in range(len(bounds)):
             self._lat_bounds[i] = <long long>round(bounds[i] * 1e9)
         self._nlat = len(bounds)
@@ -1261,6 +1269,9 @@ cdef class Fanout:
         cdef bint park = False
         cdef long long now = 0
         cdef bint kept
+        cdef bint *quick
+        cdef long long started
+        cdef long long keep_ns = self._keep_ns
         cdef const char *nbytes
         cdef Py_ssize_t nlen
         if timeout != timeout:
@@ -1269,16 +1280,18 @@ cdef class Fanout:
             timeout = 1e6
         if n == 0:
             return 0
+        started = _now_ns()
         slots = <int *>malloc(n * sizeof(int))
         gens = <unsigned int *>malloc(n * sizeof(unsigned int))
         pfds = <pollfd *>malloc((n + 1) * sizeof(pollfd))
-        mine = <bint *>malloc(n * sizeof(bint))
+        mine = <bint *>malloc(2 * n * sizeof(bint))
         if slots == NULL or gens == NULL or pfds == NULL or mine == NULL:
             free(slots)
             free(gens)
             free(pfds)
             free(mine)
             raise MemoryError()
+        quick = mine + n
         try:
             for i in range(n):
                 l = self._get(links[i], &s)
@@ -1302,11 +1315,13 @@ cdef class Fanout:
                 for i in range(n):
                     l = &arr[slots[i]]
                     mine[i] = False
+                    quick[i] = False
                     pthread_mutex_lock(&l.mu)
                     if l.gen == gens[i]:
                         if l.parked:
                             l.parked = False    # this call's now: held (and counted) already, no syscall
                             mine[i] = True
+                            quick[i] = started - l.parked_ns < keep_ns
                         elif not l.held:
                             _hold(ep, arr, l, True)
                             if l.held:
@@ -1411,14 +1426,15 @@ cdef class Fanout:
                 if failed:
                     <void>c_write(self._wake, &one, 8)
             if count >= need and notice is not None:
-                # A parked link keeps the notice for its next send (the next sync_batch's frame, in
-                # the same system call) or until the loop releases it idle: sent now, it costs a
-                # system call per node on the commit's path, and each node a wake-up for it.
+                # A parked link of a writer syncing batch after batch keeps the notice for its next
+                # send (the next sync_batch's frame, in the same system call), or until the loop
+                # releases it idle: sent now, it costs a system call per node on the commit's path,
+                # and each node a wake-up for it while the writer needs the CPU.
                 nbytes = PyBytes_AS_STRING(notice)
                 nlen = PyBytes_GET_SIZE(notice)
                 for i in range(n):
                     kept = False
-                    if park and mine[i]:
+                    if park and mine[i] and quick[i]:
                         l = &arr[slots[i]]
                         Py_INCREF(notice)
                         pthread_mutex_lock(&l.mu)

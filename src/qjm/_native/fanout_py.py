@@ -298,20 +298,25 @@ def _drain(sock: socket.socket) -> None:
 class Fanout:
     """Pipelined sender to many nodes: one selector loop, one non-blocking connection per link.
 
-    ``park_seconds`` is checked as the native engine checks it and otherwise unused: this loop
-    watches every link at all times, so a sync_batch has nothing to keep parked, and sends its
-    commit notice at once (the native engine's parking saves system calls and wake-ups, not
-    behaviour anyone can observe beyond when the slowest node's ack is read and when a notice
-    leaves: at the latest with the link's next send, or ``park_seconds`` after the sync_batch).
+    ``park_seconds`` and ``keep_notice_seconds`` are checked as the native engine checks them and
+    otherwise unused: this loop watches every link at all times, so a sync_batch has nothing to
+    keep parked, and sends its commit notice at once (the native engine's parking saves system
+    calls and wake-ups, not behaviour anyone can observe beyond when the slowest node's ack is read
+    and when a notice leaves: at the latest with the link's next send, or ``park_seconds`` after
+    the sync_batch).
 
     ``latency_bounds``: ascending upper bounds in seconds (at most 32) of the ack latencies each
     link counts, every frame sent with a ``last_txid`` timed from its send to the ack covering it
     (``take_latencies``).
     """
 
-    def __init__(self, park_seconds: float = 0.002, latency_bounds: Iterable[float] = ()) -> None:
+    def __init__(
+        self, park_seconds: float = 0.002, latency_bounds: Iterable[float] = (), keep_notice_seconds: float = 0.0002
+    ) -> None:
         if not park_seconds >= 0:
             raise ValueError(f"park_seconds must be >= 0, got {park_seconds}")
+        if not keep_notice_seconds >= 0:
+            raise ValueError(f"keep_notice_seconds must be >= 0, got {keep_notice_seconds}")
         bounds = [float(b) for b in latency_bounds]
         if len(bounds) > MAX_LATENCY_BOUNDS:
             raise ValueError(f"at most {MAX_LATENCY_BOUNDS} latency_bounds, got {len(bounds)}")
