@@ -862,6 +862,19 @@ def test_a_non_waiting_ack_never_blocks_and_the_rest_follows_in_order(fo: Module
     assert sent.is_set()
     assert got == b"".join(wire.encode_ack(i) for i in acks)
     rx.flush()  # nothing left: no wait
+    # Without a flush between, acks left unsent pile up to four (64 bytes), then are refused.
+    more = fill(acks[-1] + 1)
+    kept = [more[-1] + 1 + i for i in range(3)]
+    for t in kept:
+        assert not rx.ack(t, False)
+    with pytest.raises(RuntimeError, match="flush between runs"):
+        rx.ack(kept[-1] + 1, False)
+    t = threading.Thread(target=rx.flush)
+    t.start()
+    got = recv_exactly(writer, 16 * (len(more) + len(kept)))
+    t.join(WAIT)
+    assert got == b"".join(wire.encode_ack(i) for i in more + kept)  # nothing lost, in order
+    acks = [kept[-1]]
     assert rx.ack(acks[-1] + 1, False)
     assert recv_exactly(writer, 16) == wire.encode_ack(acks[-1] + 1)
     # An ERROR message sent after an ack the socket refused goes after it.

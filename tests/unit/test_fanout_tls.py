@@ -141,6 +141,14 @@ def hello_over_tls(f: Any, engine: ModuleType, node: Node, pki: Pki) -> tuple[so
     return sock, link
 
 
+def hang_up(f: Any, link: int, sock: socket.socket, node: Node) -> None:
+    """End a test's link (removed from the engine, then its socket closed); the node reads its end."""
+    f.remove(link)
+    sock.close()
+    assert node.outcome.get(timeout=WAIT) == "eof"
+    node.close()
+
+
 def test_a_tls_link_delivers_every_frame_in_order_and_carries_the_acks(
     pki: Pki, engine: ModuleType, receiver: ModuleType, loop: tuple[Any, Any]
 ) -> None:
@@ -160,10 +168,7 @@ def test_a_tls_link_delivers_every_frame_in_order_and_carries_the_acks(
     assert node.frames == sent
     assert node.commits == [(1, t - 1) for t in range(1, 201) if t % 7 == 0]
     assert f.inflight(link) == (0, 0)
-    f.remove(link)
-    sock.close()
-    assert node.outcome.get(timeout=WAIT) == "eof"
-    node.close()
+    hang_up(f, link, sock, node)
 
 
 def test_a_sync_batch_commit_notice_reaches_the_node_through_the_session_before_the_next_batch(
@@ -178,10 +183,7 @@ def test_a_sync_batch_commit_notice_reaches_the_node_through_the_session_before_
     until_acked(events, link, 2)
     assert node.frames == [frame(1), frame(2)]
     assert node.commits == [(1, 1)]
-    f.remove(link)
-    sock.close()
-    assert node.outcome.get(timeout=WAIT) == "eof"
-    node.close()
+    hang_up(f, link, sock, node)
 
 
 def test_a_burst_behind_a_full_socket_arrives_in_order_and_lets_go_of_every_batch(
@@ -204,10 +206,7 @@ def test_a_burst_behind_a_full_socket_arrives_in_order_and_lets_go_of_every_batc
     assert f.inflight(link) == (0, 0)
     # A batch is let go once encrypted, which is before its ack is reported.
     assert [sys.getrefcount(fr) for fr in sent] == base
-    f.remove(link)
-    sock.close()
-    assert node.outcome.get(timeout=WAIT) == "eof"
-    node.close()
+    hang_up(f, link, sock, node)
 
 
 def test_frames_that_come_in_one_packet_with_the_handshake_are_read(pki: Pki, receiver: ModuleType) -> None:

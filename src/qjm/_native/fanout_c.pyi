@@ -165,7 +165,8 @@ class Receiver:
 
         ``wait=False`` never blocks (a caller holding the journal's lock must not wait on a peer
         that does not read): what the socket does not take at once is sent by ``flush``, or before
-        anything sent after it, and False says so."""
+        anything sent after it, and False says so; more than 64 bytes (four acks) left unsent over
+        plaintext is refused (RuntimeError): flush between runs."""
 
     def flush(self) -> None:
         """Send, waiting, what ``ack(..., wait=False)`` left unsent (nothing to do: no system call)."""

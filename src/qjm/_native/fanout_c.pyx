@@ -301,6 +301,11 @@ cdef bint _tls_write(link_t *l, const char *p, Py_ssize_t n) noexcept nogil:
     return True
 
 
+cdef inline bint _nothing_out(link_t *l) noexcept nogil:
+    # Nothing waits to go out on the link: no queued buffer (plaintext), no ciphertext (TLS).
+    return l.qhead == l.qlen and l.chead == l.clen
+
+
 cdef int _flush(int ep, link_t *l, unsigned long long token) noexcept nogil:
     # Write queued buffers until the socket would block; 0 or an errno.
     cdef iovec iov[MAX_IOV]
@@ -347,7 +352,7 @@ cdef int _flush(int ep, link_t *l, unsigned long long token) noexcept nogil:
         memmove(l.q, l.q + l.qhead, <size_t>(l.qlen - l.qhead) * sizeof(qent))
         l.qlen -= l.qhead
         l.qhead = 0
-    want = l.qlen > l.qhead or l.clen > l.chead
+    want = not _nothing_out(l)
     if want != l.out_armed and l.registered:
         ev.events = (0 if l.held else EPOLLIN) | EPOLLRDHUP | (EPOLLOUT if want else 0)
         ev.data.u64 = token
@@ -604,7 +609,7 @@ cdef int _enqueue(int ep, link_t *links, link_t *l, PyObject *pre, const char *p
     cdef int e
     pthread_mutex_lock(&l.mu)
     released[0] = release and _unpark(ep, links, l)
-    was_empty = l.qhead == l.qlen if l.ssl == NULL else l.clen == l.chead
+    was_empty = _nothing_out(l)
     if l.notice != NULL:
         _take_notice(ep, l)     # the commit notice held back for this send goes first
     if l.state != L_OPEN:
@@ -656,7 +661,7 @@ cdef int _enqueue(int ep, link_t *links, link_t *l, PyObject *pre, const char *p
 cdef bint _send_kept_notice(int ep, link_t *links, link_t *l) noexcept nogil:
     # Send the notice kept for a parked link's next send now (the caller holds l.mu); True if the
     # link failed doing so.
-    cdef bint was_empty = l.qhead == l.qlen if l.ssl == NULL else l.clen == l.chead
+    cdef bint was_empty = _nothing_out(l)
     cdef int e
     if _take_notice(ep, l) and was_empty:
         e = _flush(ep, l, _token(links, l))
@@ -1873,7 +1878,7 @@ cdef class Receiver:
         cdef int flags = MSG_NOSIGNAL if wait else MSG_NOSIGNAL | MSG_DONTWAIT
         cdef bint held = False
         if ssl == NULL and not wait and n > <Py_ssize_t>sizeof(self._unsent) - self._nunsent:
-            raise RuntimeError("a non-waiting write larger than what a receiver keeps unsent (acks only)")
+            raise RuntimeError("more left unsent than a receiver keeps (64 bytes of acks): flush between runs")
         if ssl == NULL and self._nunsent:
             if not wait:
                 memcpy(self._unsent + self._nunsent, p, <size_t>n)
@@ -2154,7 +2159,8 @@ cdef class Receiver:
 
         ``wait=False`` never blocks (a caller holding the journal's lock must not wait on a peer
         that does not read): what the socket does not take at once is sent by ``flush``, or before
-        anything sent after it, and False says so."""
+        anything sent after it, and False says so; more than 64 bytes (four acks) left unsent over
+        plaintext is refused (RuntimeError): flush between runs."""
         cdef qjm_ack msg
         cdef const char *b = <const char *>&msg
         cdef Py_ssize_t off = 0

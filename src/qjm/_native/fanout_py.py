@@ -726,6 +726,9 @@ class Fanout:
         return self._closed
 
 
+_UNSENT_MAX = 64  # plaintext bytes non-waiting acks may leave unsent between flushes, as the native receiver
+
+
 class Receiver:
     """The node's end of one data-plane connection: hello, then runs of frames and commit notices.
 
@@ -909,7 +912,8 @@ class Receiver:
 
         ``wait=False`` never blocks (a caller holding the journal's lock must not wait on a peer
         that does not read): what the socket does not take at once is sent by ``flush``, or before
-        anything sent after it, and False says so. Through a TLS session it sends nothing at once
+        anything sent after it, and False says so; more than 64 bytes (four acks) left unsent over
+        plaintext is refused (RuntimeError): flush between runs. Through a TLS session it sends nothing at once
         (a non-blocking write of an ``ssl`` socket must be retried with the same bytes): all of it
         waits for ``flush``."""
         if not 0 <= txid < 1 << 64:
@@ -918,6 +922,8 @@ class Receiver:
         if wait:
             self.send(data)
             return True
+        if self._tls is None and len(self._unsent) + len(data) > _UNSENT_MAX:
+            raise RuntimeError("more left unsent than a receiver keeps (64 bytes of acks): flush between runs")
         if self._unsent or self._tls is not None:
             self._unsent += data
             return False

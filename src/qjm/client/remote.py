@@ -45,7 +45,7 @@ class RemoteLoggerSet(LoggerSet):
     def sync_batch(
         self, frame: bytes, first_txid: int, last_txid: int, notice: bytes, timeout: float
     ) -> tuple[int, BatchCall | None] | None:
-        """Send a batch, wait for its quorum and send ``notice`` (the commit it makes) in one native
+        """Send a batch, wait for its quorum and queue ``notice`` (the commit it makes) in one native
         call, when every node takes the batch with nothing to decide (``claim_quiet_send``).
 
         Returns (the nodes that acknowledged it, None) at a quorum; (fewer, the batch's call) when
