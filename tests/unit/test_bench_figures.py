@@ -93,13 +93,17 @@ def test_ceiling_figures_and_the_note() -> None:
 def test_c_floors_compile_and_run_in_this_run(tmp_path: Path) -> None:
     """bench/netfloor built and run for real (the checkout has it, and the build needs gcc), and
     the Python floors beside it, each run of them counted; their segment files are gone after."""
-    c = floor.run_c_floors(str(tmp_path), smoke=True)
-    assert "skipped" not in c, c
+    exe = floor.build_netfloor(str(tmp_path))
+    c = floor.run_c_floors(str(tmp_path), True, exe)
     for mode in ("local", "net", "py", "bare"):
         assert 0 < c[f"{mode}_p50_us"] <= c[f"{mode}_p99_us"], mode
         assert c[f"{mode}_cpu_us"] > 0, mode  # the writer and its receivers, per commit
         assert len(c["spread"][f"{mode}_p50_us"]["phases"]) == workload.SMOKE["phases"]
     assert [n for n in os.listdir(tmp_path) if n != "netfloor"] == []
+    beside = floor.floors_beside(exe, str(tmp_path / "beside"), int(workload.SMOKE["rounds"]), False)
+    assert sorted(beside) == ["bare_p50_us", "bare_p99_us", "net_p50_us", "net_p99_us"]
+    assert 0 < beside["net_p50_us"] <= beside["net_p99_us"] and 0 < beside["bare_p50_us"] <= beside["bare_p99_us"]
+    assert os.listdir(tmp_path / "beside") == []  # each floor's segment files gone after it
     p50 = report.sync_goals(c, {"sync_p50_us": 2 * c["net_p50_us"]})["sync_p50_us"]
     assert p50["python_floors"]["bare"] == pytest.approx(c["bare_p50_us"] / c["net_p50_us"])
     assert p50["protocol_us"] == pytest.approx(2 * c["net_p50_us"] - c["bare_p50_us"])
@@ -163,7 +167,10 @@ def test_a_control_floor_that_fails_costs_the_run_only_its_own_figure(
            "tput100_cpu": cpu, "tput1024_cpu": cpu, "failover": [0.005, 0.006]}  # fmt: skip
     ran: list[str] = []
 
-    def worker(kind: str, base: str, smoke: bool, pure: bool, tls: bool = False) -> dict[str, Any]:
+    def worker(
+        kind: str, base: str, smoke: bool, pure: bool, tls: bool = False, netfloor: str | None = None
+    ) -> dict[str, Any]:
+        assert netfloor is None  # no C floor to run beside qjm's phases
         ran.append(f"{kind}{'-pure' if pure else ''}")
         return dict(raw)
 
@@ -171,7 +178,11 @@ def test_a_control_floor_that_fails_costs_the_run_only_its_own_figure(
         raise RuntimeError("qjm bench: control floor server did not start")
 
     monkeypatch.setattr(driver, "run_worker", worker)
-    monkeypatch.setattr(driver, "run_c_floors", lambda base, smoke: {"skipped": "not in this test"})
+
+    def no_compiler(base: str) -> str:
+        raise floor.FloorSkipped("no C compiler (gcc/cc)")
+
+    monkeypatch.setattr(driver, "build_netfloor", no_compiler)
     monkeypatch.setattr(driver, "run_control_floor", broken)
     result = driver.run(smoke=True)
     assert ran == ["floor", "qjm", "qjm-pure"]
@@ -310,6 +321,47 @@ def test_the_python_floors_say_what_the_sync_goal_leaves_qjms_protocol() -> None
     alone = {k: v for k, v in c.items() if not k.startswith(("py_", "bare_"))}
     assert "python_floors" not in report.sync_goals(alone, native)["sync_p50_us"]
     assert "Python processes" not in report.c_floor_note(alone, native)
+
+
+def test_the_sync_goals_pair_each_phase_with_the_floors_run_right_before_it() -> None:
+    """With the floors run beside each latency phase, each phase is judged against its own C floor:
+    the ratio is the median of the phases' ratios, their range says whether the run settles the
+    goal, and bare's allowance is taken phase by phase; the floor's separate runs are only reported.
+    Without a floor beside every phase, the verdict falls back to the separate runs."""
+    raw = {
+        "latency": [[300e-6] * 3, [340e-6] * 3, [280e-6] * 3],
+        "latency_beside": [
+            {"net_p50_us": 260.0, "net_p99_us": 400.0, "bare_p50_us": 280.0, "bare_p99_us": 420.0},
+            {"net_p50_us": 250.0, "net_p99_us": 400.0, "bare_p50_us": 290.0, "bare_p99_us": 430.0},
+            {"net_p50_us": 250.0, "net_p99_us": 380.0, "bare_p50_us": 270.0, "bare_p99_us": 400.0},
+        ],
+        "latency_beside_warmup": {"net_p50_us": 900.0, "net_p99_us": 990.0, "bare_p50_us": 1.0, "bare_p99_us": 2.0},
+    }
+    native = report.summarise(raw)
+    assert native["floors_beside"] == raw["latency_beside"]
+    assert native["warmup"]["floors_beside"]["net_p50_us"] == 900.0  # kept, not counted
+    c = {"local_p50_us": 150.0, "local_p99_us": 300.0, "net_p50_us": 200.0, "net_p99_us": 400.0,
+         "py_p50_us": 230.0, "py_p99_us": 450.0, "bare_p50_us": 210.0, "bare_p99_us": 500.0}  # fmt: skip
+    p50 = report.sync_goals(c, native)["sync_p50_us"]
+    ratios = [300 / 260, 340 / 250, 280 / 250]
+    assert p50["paired"] and p50["ratio"] == pytest.approx(300 / 260) and p50["met"]
+    assert p50["phases_ratio"] == pytest.approx([min(ratios), max(ratios)])
+    assert p50["settled"] is False  # 1.12x .. 1.36x holds 1.2x
+    assert p50["separate_runs_ratio"] == pytest.approx(1.5)  # qjm's median 300 over the separate runs' 200
+    assert p50["python_floors"] == pytest.approx({"bare": 270 / 250})  # of 1.08, 1.16, 1.08
+    assert p50["allowance_us"] == pytest.approx(30.0)  # 1.2 x net - bare: 32, 10, 30
+    assert p50["protocol_us"] == pytest.approx(20.0)  # qjm - bare: 20, 50, 10
+    note = report.c_floor_note(c, native)
+    assert "sync p50 = 1.15x the networked floor, phase by phase against the C floor run right before each" in note
+    assert "(1.12x-1.36x; against its separate runs 1.50x) (goal <= 1.2x: met; its phases fall on both" in note
+    assert "bare, qjm.bench.pyfloor) = 1.08x the C floor beside it" in note
+    assert "The goal leaves qjm's protocol 30 µs a commit over bare; it takes 20 µs" in note
+    p99 = report.sync_goals(c, native)["sync_p99_us"]  # every sample of a phase is its p99 here
+    assert p99["ratio"] == pytest.approx(300 / 400) and p99["met"] and p99["settled"]
+    # A floor missing beside a phase: the separate runs judge, as before.
+    short = dict(native, floors_beside=raw["latency_beside"][:2])
+    alone = report.sync_goals(c, short)["sync_p50_us"]
+    assert "paired" not in alone and alone["ratio"] == pytest.approx(1.5)
 
 
 def test_a_figure_is_the_median_of_counted_phases_and_the_warm_up_is_left_out() -> None:

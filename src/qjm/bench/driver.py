@@ -18,7 +18,7 @@ import qjm
 from qjm._native import capabilities
 from qjm.bench.control_floor import run_control_floor
 from qjm.bench.download import measure_download_rss
-from qjm.bench.floor import run_c_floors, worker_floor
+from qjm.bench.floor import FloorSkipped, build_netfloor, run_c_floors, worker_floor
 from qjm.bench.peers import PEERS, measure
 from qjm.bench.pipeline import worker_tail
 from qjm.bench.report import (
@@ -76,7 +76,9 @@ def estimate_seconds(smoke: bool, peers: bool, tls: bool = False) -> float:
     worker = 3 + tput + phases * cfg["rounds"] * 4e-4 + cfg["failovers"] * 0.1
     qjm = worker + 2 * cfg["cold_failovers"] * 0.6  # standby and cold takeovers, a process each
     qjm += cfg["roll_pairs"] * 2 * (roll_every(cfg) + 0.05)  # the roll variant: one roll period a phase
-    total = floor + c_floors + control_floor + 2 * qjm + (worker if tls else 0)
+    # the C floor and bare beside each of native's latency phases (bare: a process start-up)
+    beside = phases * (2 * (cfg["rounds"] + 200) * 3e-4 + 0.3)
+    total = floor + c_floors + control_floor + 2 * qjm + beside + (worker if tls else 0)
     if peers:
         total += len(PEERS) * (3 + 2 * tput + phases * cfg["rounds"] * 1e-3 + (0 if smoke else 7))
     if not smoke:
@@ -125,12 +127,19 @@ def run(
       same networked round in Python processes (``qjm.bench.pyfloor``): ``py_*`` with no protocol,
       ``bare_*`` over qjm's wire and native receiver (``_p50_us``, ``_p99_us``, ``_cpu_us``)
       (medians of runs) and their ``spread``, or ``skipped``: why;
+    - ``summary["native"]["floors_beside"]``: the C networked floor and ``bare`` run right before
+      each counted sync-latency phase (``net_p50_us``, ``net_p99_us``, ``bare_p50_us``,
+      ``bare_p99_us``; the warm-up phase's under ``warmup``), absent when the C floors were skipped;
     - ``sync_goals`` (empty when the C floors were skipped): for ``sync_p50_us`` and ``sync_p99_us``,
-      qjm native's ratio to the C networked floor's (medians), ``goal``, ``met``, with the
-      phases of both ``phases_ratio`` (the widest ratio they allow) and ``settled`` (False when
-      the goal lies inside it), and with the Python floors ``python_floors`` (each over the C
-      floor), ``allowance_us`` (what the goal leaves qjm's protocol over ``bare``; negative when
-      the goal is below ``bare``) and ``protocol_us`` (what it takes);
+      qjm native's ``ratio`` to the C networked floor's, ``goal``, ``met``, ``phases_ratio`` and
+      ``settled`` (False when the goal lies inside ``phases_ratio``). With ``floors_beside``
+      (``paired``: True) the ratio is the median over the phases of each phase's over the C floor
+      run right before it, ``phases_ratio`` their lowest and highest, and ``separate_runs_ratio``
+      the medians' ratio against the C floor's own runs; else the ratio is that, and
+      ``phases_ratio`` the widest ratio the phases allow. With the Python floors,
+      ``python_floors`` (each over the C floor; paired, ``bare`` only, from beside the phases),
+      ``allowance_us`` (what the goal leaves qjm's protocol over ``bare``; negative when the goal
+      is below ``bare``) and ``protocol_us`` (what it takes);
     - ``control_floor`` (absent when it failed: see ``failed_phases``): ``cold_p50_ms`` and
       ``cold_nodisk_p50_ms``, a cold process's takeover rounds over bare gRPC to three servers
       doing the node's disk work in each round, or none, and ``cold_socket_p50_ms``, the same rounds
@@ -165,7 +174,12 @@ def run(
             "floor": run_worker("floor", os.path.join(base, "floor"), smoke, pure=False),
         }
         progress(f"C and Python networked floors ({time.monotonic() - t0:.0f} s so far)", False)
-        c_floors = run_c_floors(base, smoke)
+        netfloor: str | None = None
+        try:
+            netfloor = build_netfloor(base)
+            c_floors = run_c_floors(base, smoke, netfloor)
+        except FloorSkipped as e:
+            c_floors = {"skipped": str(e)}
         progress(
             f"control floor: a takeover's rounds over bare gRPC and sockets ({time.monotonic() - t0:.0f} s so far)",
             False,
@@ -177,7 +191,7 @@ def run(
             failed["control_floor"] = f"{type(e).__name__}: {e}"  # the other phases' figures still count
             progress(f"control floor failed: {e}", False)
         progress(f"qjm native ({time.monotonic() - t0:.0f} s so far)", False)
-        raw["native"] = run_worker("qjm", os.path.join(base, "native"), smoke, pure=False)
+        raw["native"] = run_worker("qjm", os.path.join(base, "native"), smoke, pure=False, netfloor=netfloor)
         progress(f"qjm pure ({time.monotonic() - t0:.0f} s so far)", False)
         raw["pure"] = run_worker("qjm", os.path.join(base, "pure"), smoke, pure=True)
         if tls:
@@ -271,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--peer", help=argparse.SUPPRESS)
     p.add_argument("--base", help=argparse.SUPPRESS)
     p.add_argument("--pure", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--netfloor", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.worker == "process-failover":
         print(worker_process_failover(a.uri, a.follow))
@@ -286,7 +301,11 @@ def main(argv: list[str] | None = None) -> int:
         if a.worker == "peer":
             res = measure(a.peer, a.base, cfg)
         else:
-            res = worker_floor(a.base, cfg) if a.worker == "floor" else worker_qjm(a.base, cfg, tls=a.tls)
+            res = (
+                worker_floor(a.base, cfg)
+                if a.worker == "floor"
+                else worker_qjm(a.base, cfg, tls=a.tls, netfloor=a.netfloor, settle=not a.smoke)
+            )
         print(json.dumps(res))
         return 0
     return run_from(a)

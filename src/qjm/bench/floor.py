@@ -310,47 +310,83 @@ def _netfloor_source() -> str | None:
     return os.path.normpath(path) if os.path.isfile(path) else None
 
 
-def run_c_floors(base: str, smoke: bool) -> dict[str, Any]:
-    """The C reference of ``bench/netfloor`` in this run: its local floor (three threads, the same
-    disk pattern, no network) and its networked floor (a writer and three receiver processes on
-    loopback, 2 of 3 acks, no protocol and no Python): what any implementation could reach here.
-    Each run of them is followed by the same networked round in Python processes
-    (``qjm.bench.pyfloor``): ``py`` with no protocol, ``bare`` over qjm's wire and native receiver
-    with no protocol: what any qjm whose writer and nodes are Python processes could reach.
-    Returns ``{"skipped": why}`` where there is no checkout or no C compiler."""
+class FloorSkipped(Exception):
+    """The C floors cannot run here; the message says why."""
+
+
+def build_netfloor(base: str) -> str:
+    """``bench/netfloor``'s binary, compiled into ``base``; its path. Raises ``FloorSkipped`` where
+    there is no source checkout or no C compiler, ``RuntimeError`` if it does not compile."""
     src = _netfloor_source()
     cc = shutil.which("gcc") or shutil.which("cc")
     if src is None or cc is None:
         why = "no source checkout (bench/netfloor/netfloor.c)" if src is None else "no C compiler (gcc/cc)"
-        return {"skipped": why}
+        raise FloorSkipped(why)
     exe = os.path.join(base, "netfloor")
     flags = ["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-pthread"]
     done = subprocess.run([cc, *flags, "-o", exe, src], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"qjm bench: compiling {src} failed:\n{done.stderr[-4000:]}")
+    return exe
+
+
+def networked_floor(exe: str, mode: str, directory: str, rounds: int, settle: bool) -> dict[str, float]:
+    """One run of a networked floor (a ``NETWORKED_FLOORS`` mode: C through ``exe``, Python through
+    ``qjm.bench.pyfloor``) in a fresh ``directory`` it removes after: ``p50_us``, ``p99_us`` and
+    ``cpu_us`` (per commit), over ``rounds`` after its own warm-up rounds; ``settle``: on a disk
+    with no writeback pending (``os.sync`` first)."""
+    rounds += NETFLOOR_WARMUP
+    os.makedirs(directory)
+    try:
+        if settle:
+            os.sync()
+        if mode in PYTHON_FLOORS:
+            r = _run_json([sys.executable, "-m", "qjm.bench.pyfloor", mode, directory, str(rounds)], f"pyfloor {mode}")
+            cpu = r["cpu_us"]  # from its first fork: a Python process's start-up is not a commit's
+        else:
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            r = _run_json([exe, mode, directory, str(rounds)], f"netfloor {mode}")
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)  # netfloor and the receivers it reaps
+            # per commit (netfloor's: set-up and warm-up rounds included)
+            cpu = (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) / rounds * 1e6
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    return {"p50_us": r["p50_us"], "p99_us": r["p99_us"], "cpu_us": cpu}
+
+
+# run right before each of qjm's sync-latency phases, so each phase has its own floors beside it
+BESIDE_FLOORS = ("net", "bare")
+
+
+def floors_beside(exe: str, base: str, rounds: int, settle: bool) -> dict[str, float]:
+    """The ``BESIDE_FLOORS`` once each (``networked_floor``), in fresh directories under ``base``:
+    ``{mode}_p50_us`` and ``{mode}_p99_us``. ``qjm bench`` runs them right before each of qjm's sync-latency phases: the
+    floors swing from minute to minute on a shared machine (the C floor's p50 by a quarter between
+    runs), and a floor measured a minute away would carry that swing into the phase's ratio."""
+    out: dict[str, float] = {}
+    for mode in BESIDE_FLOORS:
+        r = networked_floor(exe, mode, os.path.join(base, f"beside-{mode}"), rounds, settle)
+        out[f"{mode}_p50_us"], out[f"{mode}_p99_us"] = r["p50_us"], r["p99_us"]
+    return out
+
+
+def run_c_floors(base: str, smoke: bool, exe: str) -> dict[str, Any]:
+    """The C reference of ``bench/netfloor`` in this run (``exe``, from ``build_netfloor``): its
+    local floor (three threads, the same disk pattern, no network) and its networked floor (a writer
+    and three receiver processes on loopback, 2 of 3 acks, no protocol and no Python): what any
+    implementation could reach here. Each run of them is followed by the same networked round in
+    Python processes (``qjm.bench.pyfloor``): ``py`` with no protocol, ``bare`` over qjm's wire and
+    native receiver with no protocol: what any qjm whose writer and nodes are Python processes could
+    reach."""
     cfg = SMOKE if smoke else FULL
-    rounds = cfg["rounds"] + NETFLOOR_WARMUP
     out: dict[str, Any] = {}
     runs: dict[str, list[float]] = {f"{m}_{q}_us": [] for m in NETWORKED_FLOORS for q in ("p50", "p99", "cpu")}
     for phase in range(int(cfg["phases"])):  # each floor runs its own warm-up rounds: every run counts
         progress(f"C and Python floors (bench/netfloor, qjm.bench.pyfloor): run {phase + 1}/{int(cfg['phases'])}")
         for mode in NETWORKED_FLOORS:
-            d = os.path.join(base, f"c-{mode}-{phase}")
-            os.makedirs(d)
-            if not smoke:
-                os.sync()
-            if mode in PYTHON_FLOORS:
-                r = _run_json([sys.executable, "-m", "qjm.bench.pyfloor", mode, d, str(rounds)], f"pyfloor {mode}")
-                cpu = r["cpu_us"]  # from its first fork: a Python process's start-up is not a commit's
-            else:
-                before = resource.getrusage(resource.RUSAGE_CHILDREN)
-                r = _run_json([exe, mode, d, str(rounds)], f"netfloor {mode}")
-                after = resource.getrusage(resource.RUSAGE_CHILDREN)  # netfloor and the receivers it reaps
-                cpu = (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) / rounds * 1e6
-            runs[f"{mode}_p50_us"].append(r["p50_us"])
-            runs[f"{mode}_p99_us"].append(r["p99_us"])
-            runs[f"{mode}_cpu_us"].append(cpu)  # per commit (netfloor's: set-up and warm-up rounds included)
-            shutil.rmtree(d, ignore_errors=True)
+            r = networked_floor(exe, mode, os.path.join(base, f"c-{mode}-{phase}"), int(cfg["rounds"]), not smoke)
+            for q in ("p50", "p99", "cpu"):
+                runs[f"{mode}_{q}_us"].append(r[f"{q}_us"])
     for key, values in runs.items():
         out[key] = statistics.median(values)
     out["spread"] = {key: spread(values) for key, values in runs.items()}

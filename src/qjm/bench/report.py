@@ -8,6 +8,7 @@ the floor; ``peers_table`` adds the peers and checks qjm native against ``qjm.be
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any
 
 from qjm.bench import goals
@@ -81,6 +82,9 @@ def summarise(raw: dict[str, Any]) -> dict[str, Any]:
         s["reader_batches_speedup"] = raw["reader_batches_speedup"]
         s["reader_records_rps"] = raw["reader_records_rps"]  # end to end, bound by the transfer
         s["reader_batches_rps"] = raw["reader_batches_rps"]
+    if "latency_beside" in raw:  # qjm native: the C and bare floors run right before each latency phase
+        s["floors_beside"] = raw["latency_beside"]
+        warmup["floors_beside"] = raw["latency_beside_warmup"]
     s["spread"] = spreads
     s["warmup"] = warmup
     return s
@@ -312,11 +316,18 @@ def python_floors_note(c: dict[str, Any], p50: dict[str, Any]) -> str:
     if "python_floors" not in p50:
         return ""
     f = p50["python_floors"]
-    text = (
-        f". The same round in Python processes (qjm.bench.pyfloor, this run): with no protocol p50 "
-        f"{_fig(c, 'py_p50_us')} µs = {f['py']:.2f}x the C networked floor; over qjm's wire and native receiver "
-        f"with no protocol (bare) {_fig(c, 'bare_p50_us')} µs = {f['bare']:.2f}x. "
-    )
+    if p50.get("paired"):
+        text = (
+            ". Beside each latency phase, the same round over qjm's wire and native receiver with no "
+            f"protocol (bare, qjm.bench.pyfloor) = {f['bare']:.2f}x the C floor beside it (median over the "
+            "phases). "
+        )
+    else:
+        text = (
+            f". The same round in Python processes (qjm.bench.pyfloor, this run): with no protocol p50 "
+            f"{_fig(c, 'py_p50_us')} µs = {f['py']:.2f}x the C networked floor; over qjm's wire and native "
+            f"receiver with no protocol (bare) {_fig(c, 'bare_p50_us')} µs = {f['bare']:.2f}x. "
+        )
     allowance = p50["allowance_us"]
     if allowance >= 0:
         text += f"The goal leaves qjm's protocol {allowance:.0f} µs a commit over bare"
@@ -330,42 +341,93 @@ def python_floors_note(c: dict[str, Any], p50: dict[str, Any]) -> str:
 
 
 def sync_goals(c: dict[str, Any], native: dict[str, Any]) -> dict[str, Any]:
-    """qjm native's sync p50 and p99 against the C networked floor's, same run: each goal's ratio
-    (of the medians), verdict, and, when both sides kept their phases, ``phases_ratio`` (qjm's best
-    phase over the floor's worst, its worst over the floor's best) and ``settled``: False when that
-    range holds the goal. Empty when the C floors were not measured.
+    """qjm native's sync p50 and p99 against the C networked floor's, same run: each goal's ratio,
+    verdict, ``phases_ratio`` and ``settled`` (False when ``phases_ratio`` holds the goal). Empty
+    when the C floors were not measured.
 
-    Why ``settled``: p99s (qjm's and the floor's) can swing 2-3x between phases on a shared VM, and
-    a medians' ratio alone would read as a verdict either way.
+    With ``floors_beside`` in ``native`` (the C floor and ``bare`` run right before each latency
+    phase), the ratio is the median over the phases of each phase's over its own C floor
+    (``paired``), and ``phases_ratio`` their lowest and highest. Otherwise it is the medians' ratio
+    against the C floor's separate runs, and ``phases_ratio`` the widest the phases allow (qjm's
+    best over the floor's worst, its worst over the floor's best). Paired, the verdict also gives
+    ``separate_runs_ratio``: the same against the floor's separate runs.
 
-    With the Python floors of the run (``qjm.bench.pyfloor``), ``python_floors`` gives theirs over
-    the C floor (``py``: Python at both ends, no protocol; ``bare``: qjm's wire and native receiver,
-    no protocol), ``protocol_us`` what qjm's protocol adds to ``bare`` and ``allowance_us`` what the
-    goal leaves it (negative: the goal is below ``bare`` itself)."""
+    Why pairs: the floors swing from minute to minute on a shared machine (the C floor's p50 by a
+    quarter between runs, more than the goal's margin), and a floor measured a minute from the
+    phase it judges carries that swing into the verdict. Why ``settled``: p99s (qjm's and the
+    floor's) can swing 2-3x between phases, and a ratio alone would read as a verdict either way.
+
+    With the Python floors (``qjm.bench.pyfloor``), ``python_floors`` gives theirs over the C floor
+    (``py``: Python at both ends, no protocol; ``bare``: qjm's wire and native receiver, no
+    protocol), ``protocol_us`` what qjm's protocol adds to ``bare`` and ``allowance_us`` what the
+    goal leaves it (negative: the goal is below ``bare`` itself); paired, ``bare``'s figures are
+    those run beside each phase (medians over the phases)."""
     if "skipped" in c:
         return {}
     out: dict[str, Any] = {}
     for q, goal in (("p50", goals.SYNC_P50_OVER_NETFLOOR), ("p99", goals.SYNC_P99_OVER_NETFLOOR)):
-        key, c_key = f"sync_{q}_us", f"net_{q}_us"
-        ratio = _ratio(native[key], c[c_key]) if key in native else float("nan")
-        v: dict[str, Any] = {"ratio": ratio, "goal": goal, "met": ratio <= goal}
-        if all(f"{m}_{q}_us" in c for m in PYTHON_FLOORS):
-            v["python_floors"] = {m: _ratio(c[f"{m}_{q}_us"], c[c_key]) for m in PYTHON_FLOORS}
-            bare = c[f"bare_{q}_us"]
-            v["allowance_us"] = goal * c[c_key] - bare
-            if key in native:
-                v["protocol_us"] = native[key] - bare
-        mine = native.get("spread", {}).get(key)
-        theirs = c.get("spread", {}).get(c_key)
-        lo, hi = (_ratio(mine["min"], theirs["max"]), _ratio(mine["max"], theirs["min"])) if mine and theirs else (0, 0)
-        if math.isfinite(lo) and math.isfinite(hi) and lo > 0:  # phases that say nothing settle nothing
-            v["phases_ratio"] = [lo, hi]
-            v["settled"] = not lo <= goal < hi
+        key = f"sync_{q}_us"
+        pairs = _paired_phases(native, q)
+        v = _paired_verdict(pairs, q, goal) if pairs else _separate_verdict(c, native, q, goal)
+        if pairs and key in native:
+            v["separate_runs_ratio"] = _ratio(native[key], c[f"net_{q}_us"])
         out[key] = v
     return out
 
 
+def _paired_phases(native: dict[str, Any], q: str) -> list[tuple[float, dict[str, float]]]:
+    """(qjm's phase figure, the floors run right before it) for each counted latency phase; empty
+    when the floors did not run beside every phase."""
+    beside = native.get("floors_beside") or []
+    mine = native.get("spread", {}).get(f"sync_{q}_us", {}).get("phases", [])
+    if not beside or len(beside) != len(mine):
+        return []
+    return list(zip(mine, beside, strict=True))
+
+
+def _paired_verdict(pairs: list[tuple[float, dict[str, float]]], q: str, goal: float) -> dict[str, Any]:
+    ratios = [_ratio(mine, f[f"net_{q}_us"]) for mine, f in pairs]
+    ratio = statistics.median(ratios)
+    v: dict[str, Any] = {"ratio": ratio, "goal": goal, "met": ratio <= goal, "paired": True}
+    v["phases_ratio"] = [min(ratios), max(ratios)]
+    v["settled"] = not min(ratios) <= goal < max(ratios)
+    if all(f"bare_{q}_us" in f for _, f in pairs):
+        v["python_floors"] = {"bare": statistics.median(_ratio(f[f"bare_{q}_us"], f[f"net_{q}_us"]) for _, f in pairs)}
+        v["allowance_us"] = statistics.median(goal * f[f"net_{q}_us"] - f[f"bare_{q}_us"] for _, f in pairs)
+        v["protocol_us"] = statistics.median(mine - f[f"bare_{q}_us"] for mine, f in pairs)
+    return v
+
+
+def _separate_verdict(c: dict[str, Any], native: dict[str, Any], q: str, goal: float) -> dict[str, Any]:
+    key, c_key = f"sync_{q}_us", f"net_{q}_us"
+    ratio = _ratio(native[key], c[c_key]) if key in native else float("nan")
+    v: dict[str, Any] = {"ratio": ratio, "goal": goal, "met": ratio <= goal}
+    if all(f"{m}_{q}_us" in c for m in PYTHON_FLOORS):
+        v["python_floors"] = {m: _ratio(c[f"{m}_{q}_us"], c[c_key]) for m in PYTHON_FLOORS}
+        bare = c[f"bare_{q}_us"]
+        v["allowance_us"] = goal * c[c_key] - bare
+        if key in native:
+            v["protocol_us"] = native[key] - bare
+    mine = native.get("spread", {}).get(key)
+    theirs = c.get("spread", {}).get(c_key)
+    lo, hi = (_ratio(mine["min"], theirs["max"]), _ratio(mine["max"], theirs["min"])) if mine and theirs else (0, 0)
+    if math.isfinite(lo) and math.isfinite(hi) and lo > 0:  # phases that say nothing settle nothing
+        v["phases_ratio"] = [lo, hi]
+        v["settled"] = not lo <= goal < hi
+    return v
+
+
 def _verdict(v: dict[str, Any], floor: str = "the networked floor") -> str:
+    if v.get("paired"):
+        lo, hi = v["phases_ratio"]
+        text = (
+            f"{v['ratio']:.2f}x {floor}, phase by phase against the C floor run right before each "
+            f"({lo:.2f}x-{hi:.2f}x; against its separate runs {v['separate_runs_ratio']:.2f}x) "
+            f"(goal <= {v['goal']}x: {_met(v['met'])}"
+        )
+        if v["settled"] is False:
+            text += "; its phases fall on both sides of the goal: this run does not settle it"
+        return text + ")"
     text = f"{v['ratio']:.2f}x {floor} (goal <= {v['goal']}x: {_met(v['met'])}"
     if v.get("settled") is False:
         lo, hi = v["phases_ratio"]
@@ -599,7 +661,11 @@ def plot_result(result: dict[str, Any], path: str) -> list[str]:
         if lat:
             top = max(top, pct(lat, 0.9))
             ax1.plot(lat, [(i + 1) / len(lat) for i in range(len(lat))], label=name)
-    c = result.get("c_floors", {})
+    c = dict(result.get("c_floors", {}))
+    beside = result["summary"]["native"].get("floors_beside")
+    if beside and "net_p50_us" in c:  # the floors the verdict pairs with qjm's phases: theirs mark the plot
+        for key in ("net_p50_us", "bare_p50_us"):
+            c[key] = statistics.median(f[key] for f in beside)
     if "net_p50_us" in c:  # the networked floors' medians and the goal, where the CDFs cross p50
         marks = [("net", "C networked floor", ":"), ("py", "Python, no protocol", "-."),
                  ("bare", "qjm's wire, no protocol", "--")]  # fmt: skip

@@ -21,6 +21,7 @@ import threading
 import time
 from typing import Any
 
+from qjm.bench.floor import floors_beside
 from qjm.bench.pipeline import batches_speedup, tail_staleness
 from qjm.bench.workload import (
     FAILOVER_WARMUP,
@@ -44,12 +45,17 @@ from qjm.testing.minicluster import MiniJournalCluster
 PEER_TIMEOUT = {True: 240.0, False: 900.0}  # seconds for one peer worker (smoke, full): start + both workloads
 
 
-def worker_qjm(base: str, cfg: dict[str, float], tls: bool = False) -> dict[str, Any]:
+def worker_qjm(
+    base: str, cfg: dict[str, float], tls: bool = False, netfloor: str | None = None, settle: bool = False
+) -> dict[str, Any]:
     """One writer (this process) and three JournalNode subprocesses that inherit this environment;
-    with ``tls`` all of them on mutual TLS, both planes.
+    with ``tls`` all of them on mutual TLS, both planes. With ``netfloor`` (``bench/netfloor``'s
+    binary), each sync-latency phase has the C networked floor and ``bare`` run right before it,
+    on the same disk (``floors_beside``; ``settle``: each on a disk with no writeback pending).
 
-    Raw samples: ``latency`` (one list of seconds per counted phase), ``tput{size}`` (records/s per
-    counted phase), the warm-up phases under ``*_warmup``, and the failover lists."""
+    Raw samples: ``latency`` (one list of seconds per counted phase), ``latency_beside`` (with
+    ``netfloor``: each counted phase's floors), ``tput{size}`` (records/s per counted phase), the
+    warm-up phases under ``*_warmup``, and the failover lists."""
     out: dict[str, Any] = {}
     pki = make_pki(os.path.join(base, "pki")) if tls else None
     client = pki.clients["alice"] if pki is not None else None
@@ -59,8 +65,11 @@ def worker_qjm(base: str, cfg: dict[str, float], tls: bool = False) -> dict[str,
 
         node_pids = [n.proc.pid for n in c.nodes if n.proc is not None]
         latency_cpu: list[dict[str, float]] = []
+        beside: list[dict[str, float]] = []
 
         def latency_phase() -> list[float]:
+            if netfloor is not None:  # the cluster idles meanwhile: its nodes wait in recv
+                beside.append(floors_beside(netfloor, os.path.join(base, "floors"), int(cfg["rounds"]), settle))
             lat = []
             before = cpu_seconds(node_pids)
             for _ in range(int(cfg["rounds"])):
@@ -73,6 +82,8 @@ def worker_qjm(base: str, cfg: dict[str, float], tls: bool = False) -> dict[str,
 
         out["latency_warmup"], out["latency"] = phased(cfg, "sync latency", latency_phase)
         out["latency_cpu"] = median_cpu(latency_cpu[1:])  # per sync commit, writer + 3 nodes
+        if beside:
+            out["latency_beside_warmup"], out["latency_beside"] = beside[0], beside[1:]
         if not tls:  # the TLS row compares sync latency and throughput with plaintext's
             progress("tail staleness and packed reading")
             out["tail_staleness"] = tail_staleness(c.uri, w, int(cfg["tail_rounds"]))
@@ -257,9 +268,12 @@ def run_json(what: str, cmd: list[str], env: dict[str, str] | None = None, timeo
     return json.loads(lines[-1])
 
 
-def run_worker(kind: str, base: str, smoke: bool, pure: bool, tls: bool = False) -> dict[str, Any]:
+def run_worker(
+    kind: str, base: str, smoke: bool, pure: bool, tls: bool = False, netfloor: str | None = None
+) -> dict[str, Any]:
     """One ``floor`` or ``qjm`` worker in its own process (``pure``: on the pure-Python twins;
-    ``tls``: mutual TLS on both planes); its JSON result."""
+    ``tls``: mutual TLS on both planes; ``netfloor``: the C floor's binary, for the floors beside
+    each sync-latency phase); its JSON result."""
     env = dict(os.environ)
     env.pop("QJM_NO_EXTENSIONS", None)
     if pure:
@@ -273,6 +287,8 @@ def run_worker(kind: str, base: str, smoke: bool, pure: bool, tls: bool = False)
         cmd.append("--pure")
     if tls:
         cmd.append("--tls")
+    if netfloor is not None:
+        cmd += ["--netfloor", netfloor]
     result: dict[str, Any] = run_json(f"{kind} worker", cmd, env)
     return result
 
