@@ -1,22 +1,23 @@
-"""Where the sync gap to the C floor lies: five rungs from the C floor to qjm, round after round.
+"""Where the sync gap to the C floor lies: six rungs from the C floor to qjm, round after round.
 
     python bench/gap_ladder.py [ROUNDS] [DIR]
 
 Each round (default 5) runs, one after the other on the disk of DIR (default: the system's
-temporary directory), five ways of committing 1 KiB to two of three replicas on loopback, each
+temporary directory), six ways of committing 1 KiB to two of three replicas on loopback, each
 adding one part of qjm to the rung below it:
 
 1. ``C``: the C networked floor (``bench/netfloor``'s ``net`` mode, no protocol).
-2. ``py``: the same round with Python at both ends and qjm's segment appender
-   (``qjm.bench.pyfloor``'s ``py``, which ``qjm bench`` runs beside its C floor).
-3. ``bare``: a minimal Python writer (one thread, ``select``) sending qjm frames over qjm's
-   data-plane wire to three bare receiver processes: qjm's native ``Receiver``, frame check and
-   appender in one thread, no ``Journal``, no JournalNode (``qjm.bench.pyfloor``'s ``bare``).
-4. ``node``: the same writer (``qjm.bench.pyfloor.commit_rounds``) against three real JournalNodes
-   (a ``MiniJournalCluster``): the node's data plane, ``Journal.journal`` and everything else a
-   node runs. A qjm writer formats the journal and starts the segment, then lets go of it; the
-   frames carry its epoch on.
-5. ``qjm``: qjm's writer itself (``open_writer``, ``append`` + ``sync``) against a fresh cluster.
+2. ``pyw``: a Python writer (``qjm.bench.pyfloor.commit_rounds``: one thread, ``select``) sending
+   netfloor's message to netfloor's own C receivers (its ``serve`` mode): the writer's Python alone.
+3. ``py``: the same writer to Python receivers appending with qjm's segment appender
+   (``qjm.bench.pyfloor``'s ``py``, which ``qjm bench`` runs beside its C floor): Python at both ends.
+4. ``bare``: the same writer sending qjm frames over qjm's data-plane wire to three bare receiver
+   processes: qjm's native ``Receiver``, frame check and appender in one thread, no ``Journal``,
+   no JournalNode (``qjm.bench.pyfloor``'s ``bare``).
+5. ``node``: the same writer against three real JournalNodes (a ``MiniJournalCluster``): the
+   node's data plane, ``Journal.journal`` and everything else a node runs. A qjm writer formats
+   the journal and starts the segment, then lets go of it; the frames carry its epoch on.
+6. ``qjm``: qjm's writer itself (``open_writer``, ``append`` + ``sync``) against a fresh cluster.
 
 Each rung times COMMITS commits after WARM uncounted ones. Each round prints every rung's p50 and
 p99 and its p50 over the C floor's of the same round; the last lines give, per rung, the median
@@ -33,6 +34,7 @@ import os
 import shutil
 import socket
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -51,7 +53,12 @@ HERE = Path(__file__).resolve().parent
 COMMITS = 3000
 WARM = 200  # as qjm.bench.pyfloor.WARMUP: every rung counts alike
 RECORD = 1024
-RUNGS = ("C", "py", "bare", "node", "qjm")
+RUNGS = ("C", "pyw", "py", "bare", "node", "qjm")
+# netfloor.c's message and ack, for the pyw rung's writer
+NETFLOOR_MESSAGE = 1088
+NETFLOOR_HEADER = struct.Struct("<IIQ")  # length, magic "QJMN", round: the first 16 of its 64 header bytes
+NETFLOOR_MAGIC = 0x514A4D4E
+NETFLOOR_ACK = 16
 
 
 def _netfloor_runner() -> ModuleType:  # bench/netfloor/run.py builds the binary; it is a script, not a package
@@ -75,6 +82,44 @@ def c_floor(binary: Path, directory: str) -> tuple[float, float]:
     try:
         return _json_rung([str(binary), "net", sub, str(COMMITS)])
     finally:
+        shutil.rmtree(sub, ignore_errors=True)
+
+
+def python_writer(binary: Path, directory: str) -> tuple[float, float]:
+    """The ``pyw`` rung: ``qjm.bench.pyfloor``'s writer (``commit_rounds``) sending netfloor's
+    message to netfloor's own C receivers (its ``serve`` mode): what a Python writer costs alone."""
+    from qjm.bench import pyfloor
+    from qjm.bench.workload import pct
+
+    sub = tempfile.mkdtemp(prefix="gap-pyw-", dir=directory)
+    proc = subprocess.Popen([str(binary), "serve", sub, str(WARM + COMMITS)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        ports = json.loads(proc.stdout.readline())["ports"]
+        socks = []
+        for port in ports:
+            sock = socket.create_connection(("127.0.0.1", port))
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            socks.append(sock)
+        payload = os.urandom(NETFLOOR_MESSAGE - NETFLOOR_HEADER.size)
+
+        def message(r: int) -> bytes:
+            return NETFLOOR_HEADER.pack(NETFLOOR_MESSAGE, NETFLOOR_MAGIC, r) + payload
+
+        lat = pyfloor.commit_rounds(socks, message, WARM + COMMITS, NETFLOOR_ACK)
+        for sock in socks:  # every ack read, then EOF: each receiver reports and exits
+            sock.shutdown(socket.SHUT_WR)
+            while sock.recv(65536):
+                pass
+            sock.close()
+        out, _ = proc.communicate(timeout=60)
+        if proc.returncode != 0 or '"mode":"serve"' not in out:  # its receivers each saw every round
+            sys.exit(f"gap_ladder.py: netfloor serve failed (exit {proc.returncode}): {out.strip()[-400:]}")
+        return pct(lat, 0.5) * 1e6, pct(lat, 0.99) * 1e6
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
         shutil.rmtree(sub, ignore_errors=True)
 
 
@@ -172,12 +217,13 @@ def main(rounds: int, directory: str) -> None:
         binary = runner.build(Path(tmp))
         steps: dict[str, Callable[[], tuple[float, float]]] = {
             "C": lambda: c_floor(binary, directory),
+            "pyw": lambda: python_writer(binary, directory),
             "py": lambda: python_floor("py", directory),
             "bare": lambda: python_floor("bare", directory),
             "node": lambda: _quantiles(node(directory)),
             "qjm": lambda: _quantiles(qjm_writer(directory)),
         }
-        print(f"{rounds} rounds of five rungs, {COMMITS} commits of 1 KiB each after {WARM} uncounted (p50/p99 µs)")
+        print(f"{rounds} rounds of six rungs, {COMMITS} commits of 1 KiB each after {WARM} uncounted (p50/p99 µs)")
         p50s: dict[str, list[float]] = {k: [] for k in RUNGS}
         for i in range(rounds):
             got = {k: steps[k]() for k in RUNGS}

@@ -6,6 +6,7 @@
  *   netfloor net       DIR ROUNDS   writer + 3 forked receivers on loopback TCP, commit = 2nd ack
  *   netfloor netnosync DIR ROUNDS   as net, receivers write but skip the fdatasync
  *   netfloor netnodisk DIR ROUNDS   as net, receivers neither write nor fdatasync (network only)
+ *   netfloor serve     DIR ROUNDS   net's receivers alone, for a writer of another process
  *
  * The disk code is the same in every mode and follows the node appender's pattern
  * (src/qjm/_native/segment_io_c.pyx): O_DIRECT (buffered if refused), preallocated by writing
@@ -548,14 +549,15 @@ static void poll_acks(int ep, struct conn *conns, uint64_t round, int *got)
         drain_acks(&conns[evs[k].data.u32], round, got);
 }
 
-static void run_net(const char *mode, const char *dir, long rounds, enum disk_mode dm)
+/* Fork the three receivers; each one's listening port in ports[index]. Returns the read end of
+ * the pipe each writes to when it finishes (reap_receivers reads it). */
+static int spawn_receivers(const char *dir, enum disk_mode dm, pid_t pids[3], int ports[3], int *direct)
 {
     int ready[2], done[2];
     if (pipe2(ready, O_CLOEXEC) != 0 || pipe2(done, O_CLOEXEC) != 0)
         die("pipe2", errno);
     if (fflush(stdout) != 0)
         die("fflush", errno);
-    pid_t pids[3];
     for (int i = 0; i < 3; i++) {
         pids[i] = fork();
         if (pids[i] < 0)
@@ -568,24 +570,63 @@ static void run_net(const char *mode, const char *dir, long rounds, enum disk_mo
     }
     if (close(ready[1]) != 0 || close(done[1]) != 0)
         die("close(pipe)", errno);
-
-    struct conn conns[3];
-    int direct = 1;
+    *direct = 1;
     for (int k = 0; k < 3; k++) {
         struct ready rd;
         ssize_t r = read_pipe(ready[0], &rd, sizeof rd, "read(ready pipe)");
         if (r != (ssize_t)sizeof rd || rd.index < 0 || rd.index > 2)
             die_msg("a receiver failed to start");
-        direct = direct && rd.direct;
-        struct sockaddr_in sa;
-        int s = loopback_socket(&sa, (uint16_t)rd.port);
-        if (connect(s, (struct sockaddr *)&sa, sizeof sa) != 0)
-            die("connect", errno);
-        set_nodelay(s);
-        conns[rd.index] = (struct conn){.fd = s, .have = 0, .next = 0};
+        *direct = *direct && rd.direct;
+        ports[rd.index] = rd.port;
     }
     if (close(ready[0]) != 0)
         die("close(ready pipe)", errno);
+    return done[0];
+}
+
+/* Wait for the three receivers to finish, each having seen `rounds` messages; their appends'
+ * O_DIRECT and file extensions are folded into *direct and *extends. */
+static void reap_receivers(const pid_t pids[3], int done_fd, long rounds, int *direct, long *extends)
+{
+    for (int k = 0; k < 3; k++) {
+        struct ready_done dn;
+        ssize_t r = read_pipe(done_fd, &dn, sizeof dn, "read(done pipe)");
+        if (r != (ssize_t)sizeof dn)
+            die_msg("a receiver did not finish cleanly");
+        if (dn.messages != rounds)
+            die_msg("a receiver saw a different number of messages");
+        *direct = *direct && dn.direct;
+        *extends += (long)dn.extends;
+    }
+    for (int i = 0; i < 3; i++) {
+        int st;
+        pid_t w;
+        do
+            w = waitpid(pids[i], &st, 0);
+        while (w < 0 && errno == EINTR);
+        if (w < 0)
+            die("waitpid", errno);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            die_msg("a receiver exited with an error");
+    }
+    if (close(done_fd) != 0)
+        die("close(done pipe)", errno);
+}
+
+static void run_net(const char *mode, const char *dir, long rounds, enum disk_mode dm)
+{
+    pid_t pids[3];
+    int ports[3], direct;
+    int done_fd = spawn_receivers(dir, dm, pids, ports, &direct);
+    struct conn conns[3];
+    for (int i = 0; i < 3; i++) {
+        struct sockaddr_in sa;
+        int s = loopback_socket(&sa, (uint16_t)ports[i]);
+        if (connect(s, (struct sockaddr *)&sa, sizeof sa) != 0)
+            die("connect", errno);
+        set_nodelay(s);
+        conns[i] = (struct conn){.fd = s, .have = 0, .next = 0};
+    }
 
     int ep = epoll_create1(EPOLL_CLOEXEC);
     if (ep < 0)
@@ -622,33 +663,32 @@ static void run_net(const char *mode, const char *dir, long rounds, enum disk_mo
         if (shutdown(conns[i].fd, SHUT_WR) != 0)
             die("shutdown", errno);
     long extends = 0;
-    for (int k = 0; k < 3; k++) {
-        struct ready_done dn;
-        ssize_t r = read_pipe(done[0], &dn, sizeof dn, "read(done pipe)");
-        if (r != (ssize_t)sizeof dn)
-            die_msg("a receiver did not finish cleanly");
-        if (dn.messages != rounds)
-            die_msg("a receiver saw a different number of messages");
-        direct = direct && dn.direct;
-        extends += (long)dn.extends;
-    }
-    for (int i = 0; i < 3; i++) {
-        int st;
-        pid_t w;
-        do
-            w = waitpid(pids[i], &st, 0);
-        while (w < 0 && errno == EINTR);
-        if (w < 0)
-            die("waitpid", errno);
-        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-            die_msg("a receiver exited with an error");
+    reap_receivers(pids, done_fd, rounds, &direct, &extends);
+    for (int i = 0; i < 3; i++)
         if (close(conns[i].fd) != 0)
             die("close(socket)", errno);
-    }
-    if (close(done[0]) != 0 || close(ep) != 0)
+    if (close(ep) != 0)
         die("close", errno);
     report(mode, lat, rounds, dm == DISK_NONE ? 0 : direct, extends);
     free(lat);
+}
+
+/* The receivers alone, for a writer of another process (bench/gap_ladder.py's Python writer): one
+ * line {"ports":[...]} on stdout once they listen, then, when each has seen `rounds` messages and
+ * its connection's end, one line {"mode":"serve","direct":...,"extends":...}. A message is this
+ * program's: a 64-byte header (length 1088 and "QJMN" as little-endian u32s, the round as a u64),
+ * then 1,024 bytes; each is acked with 16 bytes (the round, the receiver's index). */
+static void run_serve(const char *dir, long rounds)
+{
+    pid_t pids[3];
+    int ports[3], direct;
+    int done_fd = spawn_receivers(dir, DISK_SYNC, pids, ports, &direct);
+    printf("{\"ports\":[%d,%d,%d]}\n", ports[0], ports[1], ports[2]);
+    if (fflush(stdout) != 0)
+        die("fflush", errno);
+    long extends = 0;
+    reap_receivers(pids, done_fd, rounds, &direct, &extends);
+    printf("{\"mode\":\"serve\",\"direct\":%d,\"extends\":%ld}\n", direct, extends);
 }
 
 /* -------------------------------------------------------------------------------- main ---- */
@@ -656,7 +696,7 @@ static void run_net(const char *mode, const char *dir, long rounds, enum disk_mo
 int main(int argc, char **argv)
 {
     if (argc != 4) {
-        fprintf(stderr, "usage: %s local|net|netnosync|netnodisk DIR ROUNDS\n", argv[0]);
+        fprintf(stderr, "usage: %s local|net|netnosync|netnodisk|serve DIR ROUNDS\n", argv[0]);
         return 2;
     }
     const char *mode = argv[1], *dir = argv[2];
@@ -681,6 +721,8 @@ int main(int argc, char **argv)
         run_local(dir, rounds);
     else if (strcmp(mode, "net") == 0)
         run_net(mode, dir, rounds, DISK_SYNC);
+    else if (strcmp(mode, "serve") == 0)
+        run_serve(dir, rounds);
     else if (strcmp(mode, "netnosync") == 0)
         run_net(mode, dir, rounds, DISK_NOSYNC);
     else if (strcmp(mode, "netnodisk") == 0)
