@@ -584,6 +584,43 @@ def test_the_tls_goals_compare_native_with_and_without_tls() -> None:
     assert table.count(": missed") == 1 and table.count(": met") == 2
 
 
+def test_the_tls_goals_pair_each_tls_phase_with_the_plaintext_phase_run_right_before_it() -> None:
+    """With a plaintext cluster's phases beside the TLS worker's, each TLS phase is judged against
+    the plaintext phase right before it; the native worker's figure is only reported."""
+    cpu = {"cpu_user_ns": 100.0, "cpu_kernel_ns": 200.0}
+    plain_raw = {"latency": [[0.0005]], "failover": [], "failover_same_process": [0.05], "tput100": [2e6],
+                 "tput1024": [2e5], "tput100_cpu": cpu, "tput1024_cpu": cpu}  # fmt: skip
+    tls_raw = dict(
+        plain_raw,
+        latency=[[0.00033] * 3, [0.00036] * 3, [0.00030] * 3],
+        latency_plain=[[0.0003] * 3, [0.0003] * 3, [0.0003] * 3],
+        latency_plain_warmup=[0.001],
+        tput100=[8.5e5, 7e5, 9e5],
+        tput100_plain=[1e6, 1e6, 1e6],
+        tput1024=[8e4, 9e4, 7e4],
+        tput1024_plain=[1e5, 1e5, 1e5],
+    )
+    tls = report.summarise(tls_raw)
+    assert tls["plain_beside"]["sync_p50_us"] == pytest.approx([300.0] * 3)
+    assert tls["plain_beside"]["tput100_rps"] == [1e6] * 3
+    verdicts = report.tls_goals({"native": report.summarise(plain_raw), "native_tls": tls})
+    p50 = verdicts["sync_p50_us"]
+    assert p50["paired"] and p50["ratio"] == pytest.approx(1.1) and p50["met"]
+    assert p50["phases_ratio"] == pytest.approx([1.0, 1.2]) and p50["settled"] is False  # 1.2 is past 1.15
+    assert p50["separate_runs_ratio"] == pytest.approx(330 / 500)  # the native worker's own, minutes away
+    t100 = verdicts["tput100_rps"]
+    assert t100["ratio"] == pytest.approx(0.85) and t100["met"] and t100["settled"] is False  # 0.7 .. 0.9
+    t1024 = verdicts["tput1024_rps"]
+    assert t1024["ratio"] == pytest.approx(0.8) and t1024["met"] and t1024["settled"] is False  # 0.7 .. 0.9
+    table = report.tls_table({"summary": {"native": report.summarise(plain_raw), "native_tls": tls}})
+    assert "| 1.10x (0.66x) | <= 1.15x: met |" in table and "| 0.85x (0.42x) | >= 0.8x: met |" in table
+    assert "each TLS phase over a plaintext cluster's phase run right before it, which the goal judges" in table
+    # A plaintext phase missing beside one: the native worker's figure judges, as before.
+    short = dict(tls, plain_beside=dict(tls["plain_beside"], sync_p50_us=[300.0, 300.0]))
+    alone = report.tls_goals({"native": report.summarise(plain_raw), "native_tls": short})["sync_p50_us"]
+    assert "paired" not in alone and alone["ratio"] == pytest.approx(330 / 500)
+
+
 def test_the_roll_ratio_is_the_median_of_the_pairs_ratios_with_their_spread() -> None:
     """Each pair of phases gives a ratio; the figure is their median, not the ratio of the sums
     (here 0.8), so one pair hit by a burst of load does not move it."""

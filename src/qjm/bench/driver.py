@@ -78,7 +78,8 @@ def estimate_seconds(smoke: bool, peers: bool, tls: bool = False) -> float:
     qjm += cfg["roll_pairs"] * 2 * (roll_every(cfg) + 0.05)  # the roll variant: one roll period a phase
     # the C floor and bare beside each of native's latency phases (bare: a process start-up)
     beside = phases * (2 * (cfg["rounds"] + 200) * 3e-4 + 0.3)
-    total = floor + c_floors + control_floor + 2 * qjm + beside + (worker if tls else 0)
+    # with TLS: its worker, and a plaintext cluster's phase beside each of its phases
+    total = floor + c_floors + control_floor + 2 * qjm + beside + (2 * worker if tls else 0)
     if peers:
         total += len(PEERS) * (3 + 2 * tput + phases * cfg["rounds"] * 1e-3 + (0 if smoke else 7))
     if not smoke:
@@ -153,7 +154,11 @@ def run(
       1 GiB finalized segment, of the node serving it, of a reader reading it and of the node serving
       that reader, and the read's seconds;
     - with ``tls``: ``summary.native_tls`` (qjm native with mutual TLS on both planes, its
-      failovers by other processes not measured) and ``tls_goals`` (each goal's ratio and verdict);
+      failovers by other processes not measured; ``plain_beside``: the phases of a plaintext
+      cluster run right before each of its latency and throughput phases, per figure) and
+      ``tls_goals`` (each goal's ratio and verdict; with ``plain_beside``, ``paired``: the median
+      of each TLS phase's ratio to the plaintext phase before it, ``phases_ratio``, ``settled``
+      and ``separate_runs_ratio``, the ratio to ``summary.native``);
     - ``failed_phases`` (only when one failed): phase name → the error; the other phases' figures
       are still reported, and ``qjm bench`` exits with 1;
     - ``raw``: every sample of every worker (latency samples per phase, in seconds).

@@ -12,6 +12,7 @@ With ``tls`` the nodes and the writer use mutual TLS on both planes (certificate
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import subprocess
@@ -45,67 +46,101 @@ from qjm.testing.minicluster import MiniJournalCluster
 PEER_TIMEOUT = {True: 240.0, False: 900.0}  # seconds for one peer worker (smoke, full): start + both workloads
 
 
+def sync_phase(w: Writer, rec: bytes, rounds: int, pids: list[int]) -> tuple[list[float], dict[str, float]]:
+    """``rounds`` sync commits of ``rec``, one after the other: each one's seconds, and the CPU per
+    commit of this process and the nodes ``pids``."""
+    lat = []
+    before = cpu_seconds(pids)
+    for _ in range(rounds):
+        t = time.perf_counter()
+        w.append(rec)
+        w.sync()
+        lat.append(time.perf_counter() - t)
+    return lat, cpu_per_record(before, cpu_seconds(pids), len(lat))
+
+
+def tput_phase(w: Writer, chunk: list[bytes], seconds: float, pids: list[int]) -> tuple[float, dict[str, float]]:
+    """Pipelined ``append_many`` of ``chunk`` for ``seconds``, then a sync: records/s, and the CPU
+    per record of this process and the nodes ``pids``."""
+    w.roll()  # each phase starts a segment, as a long-running writer's phases would
+    before = cpu_seconds(pids)
+    t0 = time.perf_counter()
+    n = 0
+    while time.perf_counter() - t0 < seconds:
+        w.append_many(chunk)
+        n += len(chunk)
+    w.sync()
+    return n / (time.perf_counter() - t0), cpu_per_record(before, cpu_seconds(pids), n)
+
+
 def worker_qjm(
     base: str, cfg: dict[str, float], tls: bool = False, netfloor: str | None = None, settle: bool = False
 ) -> dict[str, Any]:
     """One writer (this process) and three JournalNode subprocesses that inherit this environment;
-    with ``tls`` all of them on mutual TLS, both planes. With ``netfloor`` (``bench/netfloor``'s
-    binary), each sync-latency phase has the C networked floor and ``bare`` run right before it,
-    on the same disk (``floors_beside``; ``settle``: each on a disk with no writeback pending).
+    with ``tls`` all of them on mutual TLS, both planes, and beside them a second cluster and
+    writer in plaintext, whose phase runs right before each TLS latency and throughput phase. With
+    ``netfloor`` (``bench/netfloor``'s binary), each sync-latency phase has the C networked floor and
+    ``bare`` run right before it, on the same disk (``floors_beside``; ``settle``: each on a disk
+    with no writeback pending).
 
     Raw samples: ``latency`` (one list of seconds per counted phase), ``latency_beside`` (with
-    ``netfloor``: each counted phase's floors), ``tput{size}`` (records/s per counted phase), the
-    warm-up phases under ``*_warmup``, and the failover lists."""
+    ``netfloor``: each counted phase's floors), ``tput{size}`` (records/s per counted phase), with
+    ``tls`` the plaintext phases beside them (``latency_plain``, ``tput{size}_plain``), the warm-up
+    phases under ``*_warmup``, and the failover lists."""
     out: dict[str, Any] = {}
     pki = make_pki(os.path.join(base, "pki")) if tls else None
     client = pki.clients["alice"] if pki is not None else None
-    with MiniJournalCluster(3, base, pki=pki) as c:
+    with contextlib.ExitStack() as stack:
+        c = stack.enter_context(MiniJournalCluster(3, base, pki=pki))
         w = open_writer(c.uri, create=True, tls=client)
-        rec = os.urandom(LATENCY_RECORD)
-
         node_pids = [n.proc.pid for n in c.nodes if n.proc is not None]
+        plain: tuple[Writer, list[int]] | None = None
+        if tls:
+            # Why a plaintext cluster beside: the TLS goals are ratios to plaintext, and a plaintext
+            # phase run minutes earlier by another worker carries the disk's drift into them.
+            pc = stack.enter_context(MiniJournalCluster(3, os.path.join(base, "plain")))
+            pw = stack.enter_context(open_writer(pc.uri, create=True))
+            plain = (pw, [n.proc.pid for n in pc.nodes if n.proc is not None])
+        rec = os.urandom(LATENCY_RECORD)
         latency_cpu: list[dict[str, float]] = []
         beside: list[dict[str, float]] = []
+        latency_plain: list[list[float]] = []
 
         def latency_phase() -> list[float]:
             if netfloor is not None:  # the cluster idles meanwhile: its nodes wait in recv
                 beside.append(floors_beside(netfloor, os.path.join(base, "floors"), int(cfg["rounds"]), settle))
-            lat = []
-            before = cpu_seconds(node_pids)
-            for _ in range(int(cfg["rounds"])):
-                t = time.perf_counter()
-                w.append(rec)
-                w.sync()
-                lat.append(time.perf_counter() - t)
-            latency_cpu.append(cpu_per_record(before, cpu_seconds(node_pids), len(lat)))
+            if plain is not None:
+                latency_plain.append(sync_phase(plain[0], rec, int(cfg["rounds"]), plain[1])[0])
+            lat, cpu = sync_phase(w, rec, int(cfg["rounds"]), node_pids)
+            latency_cpu.append(cpu)
             return lat
 
         out["latency_warmup"], out["latency"] = phased(cfg, "sync latency", latency_phase)
         out["latency_cpu"] = median_cpu(latency_cpu[1:])  # per sync commit, writer + 3 nodes
         if beside:
             out["latency_beside_warmup"], out["latency_beside"] = beside[0], beside[1:]
+        if latency_plain:
+            out["latency_plain_warmup"], out["latency_plain"] = latency_plain[0], latency_plain[1:]
         if not tls:  # the TLS row compares sync latency and throughput with plaintext's
             progress("tail staleness and packed reading")
             out["tail_staleness"] = tail_staleness(c.uri, w, int(cfg["tail_rounds"]))
             out |= batches_speedup(c.uri, w, int(cfg["read_records"]))
-        pids = [n.proc.pid for n in c.nodes if n.proc is not None]
         for size in RECORD_SIZES:
             chunk = [os.urandom(size)] * 1000
+            tput_plain: list[float] = []
 
-            def tput_phase(chunk: list[bytes] = chunk) -> tuple[float, dict[str, float]]:
-                w.roll()  # each phase starts a segment, as a long-running writer's phases would
-                before = cpu_seconds(pids)
-                t0 = time.perf_counter()
-                n = 0
-                while time.perf_counter() - t0 < cfg["seconds"]:
-                    w.append_many(chunk)
-                    n += len(chunk)
-                w.sync()
-                return n / (time.perf_counter() - t0), cpu_per_record(before, cpu_seconds(pids), n)
+            def phase(
+                chunk: list[bytes] = chunk, tput_plain: list[float] = tput_plain
+            ) -> tuple[float, dict[str, float]]:
+                if plain is not None:
+                    tput_plain.append(tput_phase(plain[0], chunk, cfg["seconds"], plain[1])[0])
+                return tput_phase(w, chunk, cfg["seconds"], node_pids)
 
-            warm, counted = phased(cfg, f"{size} B records/s", tput_phase)
+            warm, counted = phased(cfg, f"{size} B records/s", phase)
             out[f"tput{size}_warmup"], out[f"tput{size}"] = warm[0], [r for r, _ in counted]
             out[f"tput{size}_cpu"] = median_cpu([c for _, c in counted])  # writer + 3 nodes
+            if tput_plain:
+                out[f"tput{size}_plain_warmup"], out[f"tput{size}_plain"] = tput_plain[0], tput_plain[1:]
             # A node more than queued_edits_limit_bytes behind is dropped until the next segment
             # (Hadoop's rule): then the figure is for two replicas, and the table says so.
             out[f"tput{size}_in_sync"] = sum(not lg.out_of_sync for lg in w.qjm.loggers.loggers)
