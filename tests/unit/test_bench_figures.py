@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import qjm
-from qjm.bench import control_floor, download, driver, floor, pyfloor, report, workload
+from qjm.bench import control_floor, download, driver, floor, peers, pyfloor, report, workload
 from qjm.protocol import wire
 from qjm.protocol.frame import FRAME_HEADER_SIZE, RECORD_PREFIX_SIZE
 
@@ -191,6 +191,68 @@ def test_a_control_floor_that_fails_costs_the_run_only_its_own_figure(
     out = capsys.readouterr()
     assert "| sync commit p50" in out.out and "failover by a cold process" not in out.out
     assert "control floor failed: qjm bench: control floor server did not start" in out.err
+
+
+def test_a_peers_servers_describe_their_state_and_log_tail(tmp_path: Path) -> None:
+    """What a failed peer's error carries: each server running or its exit status, its log's end."""
+    servers = peers.Servers("demo")
+    try:
+        servers.spawn(["sh", "-c", "echo boom >&2; exit 3"], str(tmp_path), str(tmp_path / "a.log"))
+        servers.spawn(["sleep", "60"], str(tmp_path), str(tmp_path / "b.log"))
+        servers.procs[0].wait()
+        text = servers.describe()
+        assert f"demo server pid {servers.procs[0].pid} exited (3); {tmp_path / 'a.log'}:\nboom" in text
+        assert f"demo server pid {servers.procs[1].pid} running" in text
+    finally:
+        servers.stop()
+
+
+def test_a_peer_that_fails_costs_the_run_only_its_own_figures(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The run goes on to the other peers, names the failed one in ``failed_phases`` (which makes
+    the command exit 1) and compares qjm with the peers it measured; the peer's worker says what
+    failed in one message, its servers' logs in it, and no traceback."""
+    cpu = {"cpu_user_ns": 10.0, "cpu_kernel_ns": 20.0}
+    raw = {"latency": [[0.0003], [0.0005], [0.0004]], "tput100": [9e5, 8e5], "tput1024": [1e5, 2e5],
+           "tput100_cpu": cpu, "tput1024_cpu": cpu, "failover": [0.005, 0.006]}  # fmt: skip
+    peer = {"latency": [[0.002]], "tput100": [3e3], "tput1024": [2e3], "batch100": [2e4], "batch1024": [1e4],
+            "durable": True, "version": "1", "how": "one by one", "how_batched": "in batches"}  # fmt: skip
+    ran: list[str] = []
+
+    def worker(kind: str, base: str, smoke: bool, pure: bool, tls: bool = False, netfloor: str | None = None) -> Any:
+        return dict(raw)
+
+    def peer_worker(name: str, base: str, smoke: bool) -> dict[str, Any]:
+        ran.append(name)
+        if name == "etcd":
+            raise RuntimeError("qjm bench: peer etcd failed (1):\nqjm bench: etcd: RemoteDisconnected: closed")
+        return dict(peer)
+
+    def no_compiler(base: str) -> str:
+        raise floor.FloorSkipped("no C compiler (gcc/cc)")
+
+    monkeypatch.setattr(driver, "run_worker", worker)
+    monkeypatch.setattr(driver, "run_peer_worker", peer_worker)
+    monkeypatch.setattr(driver, "build_netfloor", no_compiler)
+    monkeypatch.setattr(driver, "run_control_floor", lambda base, smoke: {"cold_p50_ms": 1.0})
+    result = driver.run(smoke=True, peers=True)
+    assert ran == ["zookeeper", "etcd", "nats"]
+    assert list(result["failed_phases"]) == ["peer etcd"]
+    assert "RemoteDisconnected" in result["failed_phases"]["peer etcd"]
+    assert sorted(result["peers"]) == ["nats", "zookeeper"]
+    assert result["peer_goals"]["best_durable_row"]["peer"] in ("nats", "zookeeper")
+    assert "peer etcd failed: qjm bench: peer etcd failed (1):" in capsys.readouterr().err
+
+    def dies(name: str, base: str, cfg: dict[str, float]) -> dict[str, Any]:
+        raise peers.PeerFailed("etcd: RemoteDisconnected: closed\netcd server pid 7 exited (2); server.log:\npanic")
+
+    monkeypatch.setattr(driver, "measure", dies)
+    argv = ["--worker", "peer", "--peer", "etcd", "--base", str(tmp_path), "--smoke"]
+    assert driver.main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("qjm bench: etcd: RemoteDisconnected: closed\n") and "exited (2)" in err
+    assert "Traceback" not in err
 
 
 def test_the_failover_note_sets_the_cold_takeover_beside_the_grpc_and_disk_floors() -> None:

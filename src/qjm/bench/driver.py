@@ -104,7 +104,8 @@ def run(
 
     ``smoke`` runs tiny counts (seconds), for CI. ``peers`` then measures ZooKeeper, etcd and NATS
     JetStream (``qjm.bench.peers``) on the same disk and prints the second table (a failed or
-    missing peer fails the run rather than being skipped). ``directory`` is where the run's
+    missing peer fails the run, exit status 1 and ``failed_phases`` naming it, rather than being
+    skipped; the figures of every other phase are still reported). ``directory`` is where the run's
     temporary directory goes (the disk measured; default: the system's temporary directory).
     ``plot`` writes a PNG there. Progress lines go to stderr, starting with an estimate of the time.
 
@@ -217,7 +218,13 @@ def run(
             machine["loadavg_before_peers"] = os.getloadavg()
             for name in PEERS:
                 progress(f"peer {name} ({time.monotonic() - t0:.0f} s so far)", False)
-                peer_raw[name] = run_peer_worker(name, os.path.join(base, f"peer-{name}"), smoke)
+                try:
+                    peer_raw[name] = run_peer_worker(name, os.path.join(base, f"peer-{name}"), smoke)
+                except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+                    # The run fails (exit 1, the peer named), but keeps every figure measured: a peer
+                    # that dies must not throw away minutes of qjm's and the other peers' phases.
+                    failed[f"peer {name}"] = f"{type(e).__name__}: {e}"
+                    progress(f"peer {name} failed: {str(e).splitlines()[0]}", False)
         machine["loadavg_after"] = os.getloadavg()
     finally:
         shutil.rmtree(base, ignore_errors=True)
@@ -304,7 +311,11 @@ def main(argv: list[str] | None = None) -> int:
             cfg["rounds"] = int(cfg["rounds"] * PURE_SCALE)
         os.makedirs(a.base, exist_ok=True)
         if a.worker == "peer":
-            res = measure(a.peer, a.base, cfg)
+            try:
+                res = measure(a.peer, a.base, cfg)
+            except RuntimeError as e:  # the peer failed to start or to run: said whole, no traceback
+                print(f"qjm bench: {e}", file=sys.stderr)
+                return 1
         else:
             res = (
                 worker_floor(a.base, cfg)

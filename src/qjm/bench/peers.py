@@ -147,6 +147,15 @@ class Servers:
             if p.poll() is not None:
                 raise ServerDied(f"{self.name}: server pid {p.pid} exited ({p.returncode}); {log}:\n{_tail(log)}")
 
+    def describe(self) -> str:
+        """Each server's state (running, or its exit status) and the tail of its log: what a failed
+        phase says beside its own error."""
+        parts = []
+        for p, log in zip(self.procs, self.logs, strict=True):
+            state = "running" if p.poll() is None else f"exited ({p.returncode})"
+            parts.append(f"{self.name} server pid {p.pid} {state}; {log}:\n{_tail(log, 1500)}")
+        return "\n".join(parts)
+
     def stop(self) -> None:
         """SIGKILL every process group and reap it: the data is thrown away, a clean shutdown buys nothing."""
         for p in self.procs:
@@ -745,29 +754,41 @@ def measure(name: str, base: str, cfg: dict[str, float]) -> dict[str, Any]:
     Returns raw samples in the shape of ``qjm.bench.workers.worker_qjm``'s (``latency``, ``tput{size}``
     and their ``*_warmup``), the batched client's phases as ``batch{size}``, ``durable``, ``version``,
     ``how`` and ``how_batched``."""
-    rounds = int(cfg["rounds"])
     out: dict[str, Any] = {}
     progress(f"{name}: starting three servers")
     with running(name, base) as (cluster, client):
-        rec = os.urandom(LATENCY_RECORD)
-
-        def latency_phase() -> list[float]:
-            lat = []
-            for _ in range(rounds):
-                t = time.perf_counter()
-                client.put(rec)
-                lat.append(time.perf_counter() - t)
-            return lat
-
-        out["latency_warmup"], out["latency"] = phased(cfg, f"{name} sync latency", latency_phase)
-        for size in RECORD_SIZES:
-            value = os.urandom(size)
-            for key, fn, what in (("tput", client.pipelined, "one per request"), ("batch", client.batched, "batched")):
-
-                def phase(fn: Callable[[bytes, float], tuple[int, float]] = fn, value: bytes = value) -> float:
-                    n, elapsed = fn(value, cfg["seconds"])
-                    return n / elapsed
-
-                out[f"{key}{size}_warmup"], out[f"{key}{size}"] = phased(cfg, f"{name} {size} B {what}", phase)
-        out.update(durable=cluster.durable, version=cluster.version, how=cluster.how, how_batched=cluster.how_batched)
+        try:
+            _workloads(name, cluster, client, cfg, out)
+        except Exception as e:  # the servers' side of it goes with the error, their logs are deleted after
+            raise PeerFailed(f"{name}: {type(e).__name__}: {e}\n{cluster.servers.describe()}") from e
     return out
+
+
+class PeerFailed(RuntimeError):
+    """A peer's workload failed; the message holds the error and its servers' states and log tails."""
+
+
+def _workloads(name: str, cluster: PeerCluster, client: PeerClient, cfg: dict[str, float], out: dict[str, Any]) -> None:
+    """``measure``'s phases against a started ``cluster`` through ``client``, into ``out``."""
+    rounds = int(cfg["rounds"])
+    rec = os.urandom(LATENCY_RECORD)
+
+    def latency_phase() -> list[float]:
+        lat = []
+        for _ in range(rounds):
+            t = time.perf_counter()
+            client.put(rec)
+            lat.append(time.perf_counter() - t)
+        return lat
+
+    out["latency_warmup"], out["latency"] = phased(cfg, f"{name} sync latency", latency_phase)
+    for size in RECORD_SIZES:
+        value = os.urandom(size)
+        for key, fn, what in (("tput", client.pipelined, "one per request"), ("batch", client.batched, "batched")):
+
+            def phase(fn: Callable[[bytes, float], tuple[int, float]] = fn, value: bytes = value) -> float:
+                n, elapsed = fn(value, cfg["seconds"])
+                return n / elapsed
+
+            out[f"{key}{size}_warmup"], out[f"{key}{size}"] = phased(cfg, f"{name} {size} B {what}", phase)
+    out.update(durable=cluster.durable, version=cluster.version, how=cluster.how, how_batched=cluster.how_batched)
