@@ -62,8 +62,9 @@ def check_options(plot: str | None, directory: str | None) -> None:
 def estimate_seconds(smoke: bool, peers: bool, tls: bool = False) -> float:
     """About how long ``run`` takes on an idle 2-core machine (a loaded one takes longer).
 
-    Fitted to runs of this machine: a full run with ``--peers --tls`` took 300 s, a smoke run with
-    them 35 s and one without them 17 s."""
+    Fitted to runs of this machine: a full run with ``--peers --tls`` took 343 s (the floors beside
+    each latency phase and the plaintext cluster beside TLS included), a smoke run with them 35 s
+    and one without them 17 s (both before those)."""
     cfg = SMOKE if smoke else FULL
     phases = int(cfg["phases"]) + 1
     tput = len(RECORD_SIZES) * phases * cfg["seconds"]
