@@ -212,7 +212,8 @@ def test_a_peer_that_fails_costs_the_run_only_its_own_figures(
 ) -> None:
     """The run goes on to the other peers, names the failed one in ``failed_phases`` (which makes
     the command exit 1) and compares qjm with the peers it measured; the peer's worker says what
-    failed in one message, its servers' logs in it, and no traceback."""
+    failed in one message, its servers' logs in it, and no traceback. Each phase's directory is
+    gone before the next phase starts, a failed one's too."""
     cpu = {"cpu_user_ns": 10.0, "cpu_kernel_ns": 20.0}
     raw = {"latency": [[0.0003], [0.0005], [0.0004]], "tput100": [9e5, 8e5], "tput1024": [1e5, 2e5],
            "tput100_cpu": cpu, "tput1024_cpu": cpu, "failover": [0.005, 0.006]}  # fmt: skip
@@ -220,10 +221,20 @@ def test_a_peer_that_fails_costs_the_run_only_its_own_figures(
             "durable": True, "version": "1", "how": "one by one", "how_batched": "in batches"}  # fmt: skip
     ran: list[str] = []
 
+    dirs: list[str] = []
+
+    def fills(base: str) -> None:  # a phase's segments; the one before must be gone by now
+        assert not any(os.path.exists(d) for d in dirs), dirs
+        os.makedirs(base)
+        (Path(base) / "segment").write_bytes(b"x" * 4096)
+        dirs.append(base)
+
     def worker(kind: str, base: str, smoke: bool, pure: bool, tls: bool = False, netfloor: str | None = None) -> Any:
+        fills(base)
         return dict(raw)
 
     def peer_worker(name: str, base: str, smoke: bool) -> dict[str, Any]:
+        fills(base)
         ran.append(name)
         if name == "etcd":
             raise RuntimeError("qjm bench: peer etcd failed (1):\nqjm bench: etcd: RemoteDisconnected: closed")
@@ -243,6 +254,7 @@ def test_a_peer_that_fails_costs_the_run_only_its_own_figures(
     assert sorted(result["peers"]) == ["nats", "zookeeper"]
     assert result["peer_goals"]["best_durable_row"]["peer"] in ("nats", "zookeeper")
     assert "peer etcd failed: qjm bench: peer etcd failed (1):" in capsys.readouterr().err
+    assert len(dirs) == 6 and not any(os.path.exists(d) for d in dirs)  # floor, native, pure, 3 peers
 
     def dies(name: str, base: str, cfg: dict[str, float]) -> dict[str, Any]:
         raise peers.PeerFailed("etcd: RemoteDisconnected: closed\netcd server pid 7 exited (2); server.log:\npanic")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import os
@@ -12,7 +13,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import qjm
 from qjm._native import capabilities
@@ -33,6 +35,7 @@ from qjm.bench.report import (
 )
 from qjm.bench.workers import run_peer_worker, run_worker, worker_process_failover, worker_qjm
 from qjm.bench.workload import FULL, PURE_SCALE, RECORD_SIZES, SMOKE, progress, roll_every
+from qjm.errors import QJMError
 
 DESCRIPTION = "qjm against the disk's floor, native against pure, in one run on one disk"
 DOWNLOAD_MIB = 1024  # the segment of the download_rss_mib phase
@@ -57,6 +60,19 @@ def check_options(plot: str | None, directory: str | None) -> None:
         raise BenchUsageError(f"--dir {directory}: not a directory")
     if directory is not None and not os.access(directory, os.W_OK | os.X_OK):
         raise BenchUsageError(f"--dir {directory}: not writable")
+
+
+T = TypeVar("T")
+
+
+def in_dir(path: str, measure: Callable[[str], T]) -> T:
+    """``measure(path)``, then ``path`` removed, whatever happened: a worker's segments (gigabytes
+    after its throughput phases) go before the next phase starts, so a run needs the disk of its
+    largest phase, not of all of them."""
+    try:
+        return measure(path)
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def estimate_seconds(smoke: bool, peers: bool, tls: bool = False) -> float:
@@ -178,7 +194,7 @@ def run(
         machine = machine_info(base)
         progress("floor (three local appenders)", False)
         raw: dict[str, Any] = {
-            "floor": run_worker("floor", os.path.join(base, "floor"), smoke, pure=False),
+            "floor": in_dir(os.path.join(base, "floor"), lambda d: run_worker("floor", d, smoke, pure=False)),
         }
         progress(f"C and Python networked floors ({time.monotonic() - t0:.0f} s so far)", False)
         netfloor: str | None = None
@@ -193,25 +209,29 @@ def run(
         )
         control_floor = None
         try:
-            control_floor = run_control_floor(os.path.join(base, "control"), smoke)
+            control_floor = in_dir(os.path.join(base, "control"), lambda d: run_control_floor(d, smoke))
         except (OSError, RuntimeError, subprocess.SubprocessError) as e:
             failed["control_floor"] = f"{type(e).__name__}: {e}"  # the other phases' figures still count
             progress(f"control floor failed: {e}", False)
         progress(f"qjm native ({time.monotonic() - t0:.0f} s so far)", False)
-        raw["native"] = run_worker("qjm", os.path.join(base, "native"), smoke, pure=False, netfloor=netfloor)
+        raw["native"] = in_dir(
+            os.path.join(base, "native"), lambda d: run_worker("qjm", d, smoke, pure=False, netfloor=netfloor)
+        )
         progress(f"qjm pure ({time.monotonic() - t0:.0f} s so far)", False)
-        raw["pure"] = run_worker("qjm", os.path.join(base, "pure"), smoke, pure=True)
+        raw["pure"] = in_dir(os.path.join(base, "pure"), lambda d: run_worker("qjm", d, smoke, pure=True))
         if tls:
             progress(f"qjm native with mutual TLS ({time.monotonic() - t0:.0f} s so far)", False)
-            raw["native_tls"] = run_worker("qjm", os.path.join(base, "native_tls"), smoke, pure=False, tls=True)
+            raw["native_tls"] = in_dir(
+                os.path.join(base, "native_tls"), lambda d: run_worker("qjm", d, smoke, pure=False, tls=True)
+            )
         # 1 GiB through the writer, a catch-up and a reader: minutes, so not in --smoke (the
         # integration test runs the same measurement on 120 MiB)
         download = None
         if not smoke:
             progress(f"download_rss_mib: a {DOWNLOAD_MIB} MiB segment ({time.monotonic() - t0:.0f} s so far)", False)
             try:
-                download = measure_download_rss(os.path.join(base, "download"), DOWNLOAD_MIB)
-            except (AssertionError, OSError, RuntimeError, subprocess.SubprocessError) as e:
+                download = in_dir(os.path.join(base, "download"), lambda d: measure_download_rss(d, DOWNLOAD_MIB))
+            except (AssertionError, OSError, RuntimeError, subprocess.SubprocessError, QJMError) as e:
                 # one phase that fails does not throw away the others' minutes of figures
                 failed["download_rss_mib"] = f"{type(e).__name__}: {e}"
                 progress(f"download_rss_mib failed: {e}", False)
@@ -220,7 +240,9 @@ def run(
             for name in PEERS:
                 progress(f"peer {name} ({time.monotonic() - t0:.0f} s so far)", False)
                 try:
-                    peer_raw[name] = run_peer_worker(name, os.path.join(base, f"peer-{name}"), smoke)
+                    peer_raw[name] = in_dir(
+                        os.path.join(base, f"peer-{name}"), functools.partial(run_peer_worker, name, smoke=smoke)
+                    )
                 except (RuntimeError, OSError, subprocess.SubprocessError) as e:
                     # The run fails (exit 1, the peer named), but keeps every figure measured: a peer
                     # that dies must not throw away minutes of qjm's and the other peers' phases.
