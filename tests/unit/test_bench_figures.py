@@ -6,8 +6,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -191,6 +193,26 @@ def test_a_control_floor_that_fails_costs_the_run_only_its_own_figure(
     out = capsys.readouterr()
     assert "| sync commit p50" in out.out and "failover by a cold process" not in out.out
     assert "control floor failed: qjm bench: control floor server did not start" in out.err
+
+
+def test_a_full_run_says_when_its_disk_has_less_room_than_a_run_held(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A warning before the run, naming the disk and both figures; none for a smoke run or a disk
+    with room."""
+
+    def usage(free: int) -> Any:
+        return lambda path: types.SimpleNamespace(total=100 * 10**9, used=100 * 10**9 - free, free=free)
+
+    monkeypatch.setattr(shutil, "disk_usage", usage(12 * 10**9))
+    driver.warn_if_short_of_space(str(tmp_path), smoke=False)
+    err = capsys.readouterr().err
+    assert f"warning: {tmp_path} has 12 GB free; a full run held up to 30 GB at once" in err
+    driver.warn_if_short_of_space(str(tmp_path), smoke=True)
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(shutil, "disk_usage", usage(60 * 10**9))
+    driver.warn_if_short_of_space(str(tmp_path), smoke=False)
+    assert capsys.readouterr().err == ""
 
 
 def test_a_peers_servers_describe_their_state_and_log_tail(tmp_path: Path) -> None:

@@ -62,6 +62,27 @@ def check_options(plot: str | None, directory: str | None) -> None:
         raise BenchUsageError(f"--dir {directory}: not writable")
 
 
+# The most a full run held on its disk at once (e6bbc6b, this project's 2-core VM: the native
+# worker's and the TLS worker's throughput phases, ~28 GB each); a faster disk writes more.
+FULL_RUN_PEAK_BYTES = 30 * 10**9
+
+
+def warn_if_short_of_space(directory: str | None, smoke: bool) -> None:
+    """Say before a full run when its disk has less free space than a run held at its peak here:
+    a phase that fills the disk fails (named in ``failed_phases``) and the others still report."""
+    if smoke:
+        return
+    where = directory or tempfile.gettempdir()
+    free = shutil.disk_usage(where).free
+    if free < FULL_RUN_PEAK_BYTES:
+        progress(
+            f"warning: {where} has {free / 1e9:.0f} GB free; a full run held up to "
+            f"{FULL_RUN_PEAK_BYTES / 1e9:.0f} GB at once on the machine of docs/performance.md (more on a faster "
+            "disk): a phase that fills it fails (--dir chooses the disk)",
+            False,
+        )
+
+
 T = TypeVar("T")
 
 
@@ -182,6 +203,7 @@ def run(
     - ``raw``: every sample of every worker (latency samples per phase, in seconds).
     """
     check_options(plot, directory)
+    warn_if_short_of_space(directory, smoke)
     kind = "smoke" if smoke else "full"
     took = duration_words(estimate_seconds(smoke, peers, tls))
     progress(f"{took} on an idle 2-core machine ({kind} run)", False)
