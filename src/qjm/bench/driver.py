@@ -69,7 +69,8 @@ FULL_RUN_PEAK_BYTES = 30 * 10**9
 
 def warn_if_short_of_space(directory: str | None, smoke: bool) -> None:
     """Say before a full run when its disk has less free space than a run held at its peak here:
-    a phase that fills the disk fails (named in ``failed_phases``) and the others still report."""
+    a phase that fills the disk fails (the download and the peers alone, in ``failed_phases``;
+    qjm's own workers end the run with the error)."""
     if smoke:
         return
     where = directory or tempfile.gettempdir()
