@@ -39,7 +39,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -48,6 +49,7 @@ from script_args import count_and_dir  # bench/, the script's own directory
 
 if TYPE_CHECKING:
     from qjm import Writer
+    from qjm.testing.minicluster import MiniJournalCluster
 
 HERE = Path(__file__).resolve().parent
 COMMITS = 3000
@@ -150,10 +152,13 @@ def _all_nodes_hold(w: Writer) -> int:
     sys.exit("gap_ladder.py: the three nodes never all held the open segment")
 
 
-def node(directory: str) -> list[float]:
+@contextmanager
+def node_links(directory: str) -> Iterator[tuple[MiniJournalCluster, list[socket.socket], Callable[[int], bytes]]]:
+    """Three real JournalNodes holding an open segment a qjm writer started and let go of, a raw
+    data-plane connection to each (hello sent), and the frame of commit ``r`` on them: what the
+    ``node`` rung's writer sends (``bench/node_syscalls.py`` watches the same round)."""
     import qjm
     from qjm._native import framing
-    from qjm.bench import pyfloor
     from qjm.protocol import wire
     from qjm.testing.minicluster import MiniJournalCluster
 
@@ -164,7 +169,7 @@ def node(directory: str) -> list[float]:
             last = _all_nodes_hold(w)
             epoch, segment, journal = w.epoch, w.segment_txid, w.qjm.journal_id
             w.abort()  # the segment stays open in its epoch; its threads and links are gone
-            socks = []
+            socks: list[socket.socket] = []
             try:
                 for n in c.nodes:
                     s = socket.create_connection((c.host, n.data_port))
@@ -176,13 +181,21 @@ def node(directory: str) -> list[float]:
                 def frame(r: int) -> bytes:
                     return framing.encode_frame([record], epoch=epoch, segment_txid=segment, first_txid=last + 1 + r)
 
-                lat = pyfloor.commit_rounds(socks, frame, WARM + COMMITS, wire.ACK.size, pyfloor.check_ack)
-                return [t * 1e9 for t in lat]
+                yield c, socks, frame
             finally:
                 for s in socks:
                     s.close()
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def node(directory: str) -> list[float]:
+    from qjm.bench import pyfloor
+    from qjm.protocol import wire
+
+    with node_links(directory) as (_, socks, frame):
+        lat = pyfloor.commit_rounds(socks, frame, WARM + COMMITS, wire.ACK.size, pyfloor.check_ack)
+        return [t * 1e9 for t in lat]
 
 
 def qjm_writer(directory: str) -> list[float]:
