@@ -225,6 +225,9 @@ def test_a_peers_servers_describe_their_state_and_log_tail(tmp_path: Path) -> No
         text = servers.describe()
         assert f"demo server pid {servers.procs[0].pid} exited (3); {tmp_path / 'a.log'}:\nboom" in text
         assert f"demo server pid {servers.procs[1].pid} running" in text
+        died = rf"(?s)^demo: server pid {servers.procs[0].pid} exited \(3\); .*boom"
+        with pytest.raises(peers.ServerDied, match=died):
+            servers.check_alive()
     finally:
         servers.stop()
 

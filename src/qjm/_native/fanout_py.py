@@ -913,9 +913,9 @@ class Receiver:
         ``wait=False`` never blocks (a caller holding the journal's lock must not wait on a peer
         that does not read): what the socket does not take at once is sent by ``flush``, or before
         anything sent after it, and False says so; more than 64 bytes (four acks) left unsent over
-        plaintext is refused (RuntimeError): flush between runs. Through a TLS session it sends nothing at once
-        (a non-blocking write of an ``ssl`` socket must be retried with the same bytes): all of it
-        waits for ``flush``."""
+        plaintext is refused (RuntimeError): flush between runs. Through a TLS session it sends
+        nothing at once (a non-blocking write of an ``ssl`` socket must be retried with the same
+        bytes): all of it waits for ``flush``."""
         if not 0 <= txid < 1 << 64:
             raise OverflowError(f"txid {txid} out of range")
         data = wire.encode_ack(txid)

@@ -360,9 +360,10 @@ BESIDE_FLOORS = ("net", "bare")
 
 def floors_beside(exe: str, base: str, rounds: int, settle: bool) -> dict[str, float]:
     """The ``BESIDE_FLOORS`` once each (``networked_floor``), in fresh directories under ``base``:
-    ``{mode}_p50_us`` and ``{mode}_p99_us``. ``qjm bench`` runs them right before each of qjm's sync-latency phases: the
-    floors swing from minute to minute on a shared machine (the C floor's p50 by a quarter between
-    runs), and a floor measured a minute away would carry that swing into the phase's ratio."""
+    ``{mode}_p50_us`` and ``{mode}_p99_us``. ``qjm bench`` runs them right before each of qjm's
+    sync-latency phases: the floors swing from minute to minute on a shared machine (the C floor's
+    p50 by a quarter between runs), and a floor measured a minute away would carry that swing into
+    the phase's ratio."""
     out: dict[str, float] = {}
     for mode in BESIDE_FLOORS:
         r = networked_floor(exe, mode, os.path.join(base, f"beside-{mode}"), rounds, settle)

@@ -145,16 +145,19 @@ class Servers:
     def check_alive(self) -> None:
         for p, log in zip(self.procs, self.logs, strict=True):
             if p.poll() is not None:
-                raise ServerDied(f"{self.name}: server pid {p.pid} exited ({p.returncode}); {log}:\n{_tail(log)}")
+                raise ServerDied(f"{self.name}: {self._state(p, log, 3000)}")
 
     def describe(self) -> str:
         """Each server's state (running, or its exit status) and the tail of its log: what a failed
         phase says beside its own error."""
-        parts = []
-        for p, log in zip(self.procs, self.logs, strict=True):
-            state = "running" if p.poll() is None else f"exited ({p.returncode})"
-            parts.append(f"{self.name} server pid {p.pid} {state}; {log}:\n{_tail(log, 1500)}")
-        return "\n".join(parts)
+        return "\n".join(
+            f"{self.name} {self._state(p, log, 1500)}" for p, log in zip(self.procs, self.logs, strict=True)
+        )
+
+    @staticmethod
+    def _state(p: subprocess.Popen[bytes], log: str, tail: int) -> str:
+        state = "running" if p.poll() is None else f"exited ({p.returncode})"
+        return f"server pid {p.pid} {state}; {log}:\n{_tail(log, tail)}"
 
     def stop(self) -> None:
         """SIGKILL every process group and reap it: the data is thrown away, a clean shutdown buys nothing."""

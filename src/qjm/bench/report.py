@@ -27,15 +27,18 @@ FAILOVERS = ("failover", "failover_cold", "failover_same_process")
 TAIL_STALENESS = "tail_staleness_"  # tail_staleness_p50_ms, _p99_ms: how far a following reader lags
 
 
+def _sync_quantiles(phases: list[list[float]]) -> dict[str, list[float]]:
+    """``sync_p50_us`` and ``sync_p99_us`` of each latency phase (samples in seconds)."""
+    return {f"sync_{q}_us": [pct(ph, f) * 1e6 for ph in phases] for q, f in (("p50", 0.5), ("p99", 0.99))}
+
+
 def summarise(raw: dict[str, Any]) -> dict[str, Any]:
     """The figures of one worker's raw samples (``qjm.bench.workers.worker_qjm``'s shape).
 
     Each figure is the median of its counted phases (failovers: of its repetitions); ``spread``
     holds, per figure, its minimum and maximum over the phases and every phase (failovers: the
     interquartile range and every repetition); ``warmup`` the warm-up phases, not counted."""
-    p50s = [pct(ph, 0.5) * 1e6 for ph in raw["latency"]]
-    p99s = [pct(ph, 0.99) * 1e6 for ph in raw["latency"]]
-    spreads: dict[str, dict[str, Any]] = {"sync_p50_us": spread(p50s), "sync_p99_us": spread(p99s)}
+    spreads: dict[str, dict[str, Any]] = {k: spread(v) for k, v in _sync_quantiles(raw["latency"]).items()}
     warm = raw.get("latency_warmup", [])
     warmup: dict[str, float] = {"sync_p50_us": pct(warm, 0.5) * 1e6} if warm else {}
     for key in FAILOVERS:  # none for the peers
@@ -83,10 +86,9 @@ def summarise(raw: dict[str, Any]) -> dict[str, Any]:
         s["reader_records_rps"] = raw["reader_records_rps"]  # end to end, bound by the transfer
         s["reader_batches_rps"] = raw["reader_batches_rps"]
     if "latency_plain" in raw:  # qjm native with TLS: the plaintext phase run right before each phase
-        s["plain_beside"] = {
-            "sync_p50_us": [pct(ph, 0.5) * 1e6 for ph in raw["latency_plain"]],
-            "sync_p99_us": [pct(ph, 0.99) * 1e6 for ph in raw["latency_plain"]],
-        } | {f"tput{size}_rps": raw[f"tput{size}_plain"] for size in RECORD_SIZES if f"tput{size}_plain" in raw}
+        s["plain_beside"] = _sync_quantiles(raw["latency_plain"]) | {
+            f"tput{size}_rps": raw[f"tput{size}_plain"] for size in RECORD_SIZES if f"tput{size}_plain" in raw
+        }
     if "latency_beside" in raw:  # qjm native: the C and bare floors run right before each latency phase
         s["floors_beside"] = raw["latency_beside"]
         warmup["floors_beside"] = raw["latency_beside_warmup"]
@@ -274,13 +276,7 @@ def tls_goals(summary: dict[str, Any]) -> dict[str, Any]:
         theirs = beside.get(key, [])
         if mine and len(mine) == len(theirs):
             ratios = [_ratio(a, b) for a, b in zip(mine, theirs, strict=True)]
-            ratio = statistics.median(ratios)
-            lo, hi = min(ratios), max(ratios)
-            out[key] = {
-                "ratio": ratio, "goal": goal, "met": ratio <= goal if sync else ratio >= goal, "paired": True,
-                "phases_ratio": [lo, hi], "settled": not (lo <= goal < hi if sync else lo < goal <= hi),
-                "separate_runs_ratio": separate,
-            }  # fmt: skip
+            out[key] = _paired(ratios, goal, higher_is_better=not sync) | {"separate_runs_ratio": separate}
         else:
             out[key] = {"ratio": separate, "goal": goal, "met": separate <= goal if sync else separate >= goal}
     return out
@@ -419,12 +415,19 @@ def _paired_phases(native: dict[str, Any], q: str) -> list[tuple[float, dict[str
     return list(zip(mine, beside, strict=True))
 
 
-def _paired_verdict(pairs: list[tuple[float, dict[str, float]]], q: str, goal: float) -> dict[str, Any]:
-    ratios = [_ratio(mine, f[f"net_{q}_us"]) for mine, f in pairs]
+def _paired(ratios: list[float], goal: float, higher_is_better: bool = False) -> dict[str, Any]:
+    """A goal judged on phases each measured beside its own reference: the median of their ratios,
+    met or not, their range, and ``settled`` (False when the phases fall on both sides of the goal)."""
     ratio = statistics.median(ratios)
-    v: dict[str, Any] = {"ratio": ratio, "goal": goal, "met": ratio <= goal, "paired": True}
-    v["phases_ratio"] = [min(ratios), max(ratios)]
-    v["settled"] = not min(ratios) <= goal < max(ratios)
+    lo, hi = min(ratios), max(ratios)
+    return {
+        "ratio": ratio, "goal": goal, "met": ratio >= goal if higher_is_better else ratio <= goal, "paired": True,
+        "phases_ratio": [lo, hi], "settled": not (lo < goal <= hi if higher_is_better else lo <= goal < hi),
+    }  # fmt: skip
+
+
+def _paired_verdict(pairs: list[tuple[float, dict[str, float]]], q: str, goal: float) -> dict[str, Any]:
+    v = _paired([_ratio(mine, f[f"net_{q}_us"]) for mine, f in pairs], goal)
     if all(f"bare_{q}_us" in f for _, f in pairs):
         v["python_floors"] = {"bare": statistics.median(_ratio(f[f"bare_{q}_us"], f[f"net_{q}_us"]) for _, f in pairs)}
         v["allowance_us"] = statistics.median(goal * f[f"net_{q}_us"] - f[f"bare_{q}_us"] for _, f in pairs)
