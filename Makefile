@@ -68,7 +68,7 @@ lint:
 
 typecheck:
 	$(PY) -m mypy
-	$(PY) -m mypy.stubtest --mypy-config-file pyproject.toml qjm._native.framing_c qjm._native.segment_io_c qjm._native.fanout_c
+	$(PY) -m mypy.stubtest --mypy-config-file pyproject.toml qjm._native.framing_c qjm._native.segment_io_c qjm._native.gate_c qjm._native.fanout_c
 
 # pytest on one worker per CPU (pytest-xdist): much of the suite waits on processes (nodes, JVMs) and
 # the long fault searches are parametrized in chunks that the workers share. loadgroup keeps each
@@ -78,7 +78,7 @@ test-native:
 	QJM_REQUIRE_NATIVE=1 $(PYTEST) -q $(XDIST)
 
 # The unit tests and the data path on real nodes again, on the pure-Python twins: every test that
-# moves frames through framing, segment_io and fanout (write, read, fence, recover, refuse bad
+# moves frames through framing, segment_io, gate and fanout (write, read, fence, recover, refuse bad
 # input). The rest (CLI, service, metrics, examples, Spark, the fault search) runs once, above:
 # it drives the twins through the same calls, or drives the pure protocol code either way.
 PURE_INTEGRATION := $(addprefix tests/integration/,test_writer.py test_reader.py test_fencing.py \

@@ -29,6 +29,7 @@ from setuptools import Extension, setup
 NATIVE_MODULES: list[tuple[str, list[str]]] = [
     ("framing_c", ["libxxhash"]),
     ("segment_io_c", []),
+    ("gate_c", ["libxxhash"]),  # framing_c.pxd, which it cimports, includes xxhash.h
     ("fanout_c", ["openssl"]),  # libssl: the data plane's TLS runs inside its epoll loop
 ]
 # Libraries a module links only when present, each with the define that tells the module it has

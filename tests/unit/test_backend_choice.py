@@ -50,7 +50,7 @@ def test_a_compiled_module_that_fails_to_import_warns_and_says_why() -> None:
 def test_a_build_without_compiled_modules_falls_back_quietly() -> None:
     out = json.loads(probe("missing").stdout)
     assert out["backend"] == "python" and out["warnings"] == []
-    assert [f.split(":")[0] for f in out["fallbacks"]] == ["framing", "segment_io", "fanout"]
+    assert [f.split(":")[0] for f in out["fallbacks"]] == ["framing", "segment_io", "gate", "fanout"]
 
 
 def test_require_native_turns_the_fallback_into_an_error() -> None:

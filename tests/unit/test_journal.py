@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -1097,6 +1098,10 @@ class _UnsyncedAppender:
     def size(self) -> int:
         return self._inner.size
 
+    @property
+    def stager(self) -> None:
+        return None
+
     def append(self, data: bytes) -> None:
         self._inner.append(data)
 
@@ -1197,3 +1202,43 @@ def test_tooth_restarting_a_segment_of_the_writers_own_epoch_loses_committed_txi
     bugged.note_committed(1, 3)
     bugged.start_log_segment(w.req(), 1)  # a start repeated after its first reply was lost
     assert bugged.get_edit_log_manifest(1, in_progress_ok=True).logs == ()  # txids 1-3 are gone
+
+
+# -- the data plane's way in: the open segment's write gate ---------------------------------------
+
+
+def test_journal_through_gate_arms_the_gate_with_the_writer_epoch_and_folds_its_notices(env: Env) -> None:
+    j = env.journal()
+    writing(j, epoch=2, upto=3)
+    seen: list[tuple[int, int]] = []
+
+    def receive(gate: Any) -> int:
+        seen.append((gate.epoch, gate.next_txid))
+        assert gate.stage(frame(4, 3, epoch=2, seg=1)) and gate.note(2, 6)
+        gate.sync()
+        return 1
+
+    assert j.journal_through_gate(receive) == 1
+    assert seen == [(2, 4)]
+    assert j.committed_txid == 6 and j.peek_state().highest_written_txid == 6  # type: ignore[union-attr]
+    got = j.committed_frames(1, 1 << 20)
+    assert got is not None and got[1:] == (1, 6)  # the index the gate kept serves tailing reads
+    j.new_epoch(NS, 3)  # a newer writer's promise: frames of epoch 2 no longer pass
+    assert j.journal_through_gate(lambda gate: gate.epoch) == 0
+    j.finalize_log_segment(Writer(3).req(), 1, 6, copy_epoch=2)  # a recovery by the newer writer
+    assert j.journal_through_gate(lambda gate: pytest.fail("no segment is open, nothing to pass")) == 0
+
+
+def test_a_failed_write_through_the_gate_closes_the_open_segment(env: Env) -> None:
+    j = env.journal()
+    writing(j, epoch=1, upto=3)
+
+    def receive(gate: Any) -> int:
+        assert gate.stage(frame(4, 2, epoch=1, seg=1))
+        raise StorageError("fdatasync failed: the disk is gone")
+
+    with pytest.raises(StorageError, match="disk is gone"):
+        j.journal_through_gate(receive)
+    assert j.peek_state().open_segment_txid == 0  # type: ignore[union-attr]
+    with pytest.raises(OutOfSyncError, match="no segment is open"):
+        j.journal([frame(4, 2, epoch=1, seg=1)])

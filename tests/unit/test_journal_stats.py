@@ -40,20 +40,27 @@ def test_histogram_buckets_are_cumulative_and_quantiles_are_bucket_bounds() -> N
     assert Histogram().quantile(0.5) == 0.0
 
 
-def test_record_durable_counts_frames_txns_bytes_and_the_lagging_ones() -> None:
+def test_add_durable_counts_what_a_gate_kept() -> None:
     s = JournalStats()
-    # (first_txid, last_txid, offset, length): three frames, the first two at or below committed 30
-    index = [(1, 10, 100, 50), (11, 30, 150, 70), (31, 35, 220, 20)]
-    s.record_durable(index, 0, 3, 30, 0.002, 1234.0)
+    s.add_durable(3, 35, 140, 2, [1] + [0] * 16, 0.002, 1234.0)
     assert (s.batches_written, s.txns_written, s.bytes_written) == (3, 35, 140)
     assert s.batches_written_while_lagging == 2
     assert s.sync_seconds.count == 1 and s.last_journal_time == 1234.0
-    index.append((36, 40, 240, 10))
-    index.append((41, 44, 250, 10))  # appended after that sync: not its frame
-    s.record_durable(index, 3, 4, 30, 0.001, 1235.0)  # only the new frame counts; it is above committed
-    assert (s.batches_written, s.txns_written, s.bytes_written, s.batches_written_while_lagging) == (4, 40, 150, 2)
-    s.record_durable(index, 4, 4, 30, 0.001, 1236.0)  # nothing new: no sync is counted
-    assert s.sync_seconds.count == 2
+    s.add_durable(0, 0, 0, 0, [0] * 17, 0.0, 0.0)  # nothing durable since: nothing counted, the time kept
+    assert s.sync_seconds.count == 1 and s.last_journal_time == 1234.0
+    with pytest.raises(ValueError, match="17 buckets"):
+        s.add_durable(1, 1, 10, 0, [1], 0.001, 1235.0)
+
+
+def test_frames_a_node_receives_are_above_the_committed_txid_it_keeps() -> None:
+    j = writing_journal()
+    j.journal([frame(1, 10, epoch=1, seg=1), frame(11, 20, epoch=1, seg=1)])
+    j.note_committed(1, 30)  # a lower bound, capped at this node's end (30)
+    j.journal([frame(31, 5, epoch=1, seg=1)])
+    j.journal([frame(36, 5, epoch=1, seg=1)])  # came after the notice: not lagging, as 31-35 was not
+    s = j.record_stats()
+    # A node keeps no committed txid past its own end, so what reaches it is never behind a quorum.
+    assert (s.batches_written, s.txns_written, s.batches_written_while_lagging) == (4, 40, 0)
 
 
 def test_journal_counts_what_it_made_durable() -> None:

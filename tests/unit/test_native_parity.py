@@ -1,10 +1,11 @@
-"""Hypothesis: segment_io_c / fanout_c and their pure twins agree on bytes, decisions and errors.
+"""Hypothesis: segment_io_c / gate_c / fanout_c and their pure twins agree on bytes, decisions and errors.
 
 segment_io: the same operations leave byte-identical files (header, frames, zero preallocation),
 the same sizes and the same exceptions, and a scan of what a crash leaves decides the same.
 fanout: the receivers split any byte stream, chunked any way, into the same runs and refuse the
 same garbage; the engines agree on acks, windows and refusals, and the quorum count matches
-``qjm.client.quorum.majority``.
+``qjm.client.quorum.majority``. gate: a receiver's runs through a write gate pass, refuse, write and
+ack the same.
 """
 
 from __future__ import annotations
@@ -201,6 +202,95 @@ def receive_all(mod: Any, data: bytes, chunk: int) -> list[Outcome]:
 @given(data=streams(), chunk=st.integers(min_value=1, max_value=4096))
 def test_receivers_split_and_refuse_the_same(data: bytes, chunk: int) -> None:
     assert receive_all(fo_c, data, chunk) == receive_all(fo_py, data, chunk)
+
+
+# -- the write gate and the receiver's run through it ----------------------------------------------
+
+gate_c = importlib.import_module("qjm._native.gate_c")
+gate_py = importlib.import_module("qjm._native.gate_py")
+
+
+class _MemAppender:
+    def __init__(self) -> None:
+        self.data = bytearray(64)
+        self.durable = 64
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+    def append(self, data: bytes) -> None:
+        self.data += data
+
+    def sync(self) -> None:
+        self.durable = len(self.data)
+
+
+@st.composite
+def gate_streams(draw: st.DrawFn) -> bytes:
+    """A writer's stream to a gate admitting epoch 2 in segment 5 from txid 5: mostly what passes,
+    then and now another epoch, another segment, a gap, a damaged frame or a notice of any epoch."""
+    parts = [wire.encode_hello("j")]
+    txid = 5
+    for _ in range(draw(st.integers(min_value=0, max_value=10))):
+        kind = draw(st.sampled_from(["frame"] * 6 + ["commit", "epoch", "segment", "gap", "corrupt", "garbage"]))
+        n = draw(st.integers(min_value=1, max_value=4))
+        recs = [bytes(draw(st.integers(0, 200))) for _ in range(n)]
+        epoch, seg, first = 2, 5, txid
+        if kind == "commit":
+            parts.append(wire.encode_commit(draw(st.sampled_from([1, 2, 3])), draw(st.integers(-1, 50))))
+            continue
+        if kind == "garbage":
+            parts.append(draw(st.binary(min_size=4, max_size=80)))
+            continue
+        if kind == "epoch":
+            epoch = draw(st.sampled_from([1, 3]))
+        elif kind == "segment":
+            seg = draw(st.sampled_from([1, 9]))
+            first = max(first, seg)
+        elif kind == "gap":
+            first += draw(st.integers(1, 3))
+        f = bytearray(framing.encode_frame(recs, epoch=epoch, segment_txid=seg, first_txid=first))
+        if kind == "corrupt":
+            f[draw(st.integers(0, len(f) - 1))] ^= draw(st.integers(1, 255))
+        parts.append(bytes(f))
+        txid = first + n
+    return b"".join(parts)
+
+
+def gate_run(gmod: Any, fmod: Any, data: bytes) -> tuple[Any, ...]:
+    """The node's loop (data.py) on ``data`` sent whole, up to the first message the gate refuses."""
+    writer, mine = socket.socketpair()
+    writer.sendall(data)
+    writer.shutdown(socket.SHUT_WR)
+    app = _MemAppender()
+    gate = gmod.WriteGate(app, 5, 5, bounds=(0.001, 1.0))
+    gate.epoch = 2
+    rx = fmod.Receiver(mine, 4096)
+    rx.hello()
+    statuses = []
+    refused = None
+    while rx.wait_run():
+        statuses.append(rx.journal_run(gate))
+        if statuses[-1] == 0:
+            refused = outcome(rx.next_run)
+            break
+    mine.close()
+    acks = b""
+    while chunk := writer.recv(1 << 16):  # to the end the receiver's close makes
+        acks += chunk
+    writer.close()
+    stats = gate.take_stats()
+    return (
+        statuses, refused, acks, gate.next_txid, gate.last_epoch, gate.noticed, gate.take_index(),
+        stats[:4], bytes(app.data), app.durable,
+    )  # fmt: skip
+
+
+@PARITY
+@given(data=gate_streams())
+def test_the_gates_pass_refuse_write_and_ack_the_same(data: bytes) -> None:
+    assert gate_run(gate_c, fo_c, data) == gate_run(gate_py, fo_py, data)
 
 
 def events_put(events: queue.Queue[tuple[int, int, str, object]]) -> Callable[..., None]:

@@ -42,6 +42,7 @@ PUBLIC_API: dict[str, tuple[str, ...]] = {
         "io_uring_default",
         "direct_supported",
     ),
+    "gate": ("WriteGate",),
     "fanout": (
         "Fanout",
         "Receiver",
@@ -91,15 +92,18 @@ _fallbacks: list[str] = []
 if TYPE_CHECKING:  # both backends offer the twin's API; type-check against the twin
     from qjm._native import fanout_py as fanout
     from qjm._native import framing_py as framing
+    from qjm._native import gate_py as gate
     from qjm._native import segment_io_py as segment_io
 
-    _framing_backend = _segment_io_backend = _fanout_backend = "python"
+    _framing_backend = _segment_io_backend = _gate_backend = _fanout_backend = "python"
 else:
     framing, _framing_backend = _load("framing")
     segment_io, _segment_io_backend = _load("segment_io")
+    gate, _gate_backend = _load("gate")
     fanout, _fanout_backend = _load("fanout")
 _check("framing", framing)
 _check("segment_io", segment_io)
+_check("gate", gate)
 _check("fanout", fanout)
 
 BACKEND = _framing_backend
@@ -107,8 +111,9 @@ _direct: dict[str, bool] = {}
 
 
 def backend_of(role: str) -> str:
-    """``"native"`` or ``"python"``: which implementation of ``framing``/``segment_io``/``fanout`` runs."""
-    return {"framing": _framing_backend, "segment_io": _segment_io_backend, "fanout": _fanout_backend}[role]
+    """``"native"`` or ``"python"``: which implementation of ``framing``/``segment_io``/``gate``/``fanout`` runs."""
+    backends = {"framing": _framing_backend, "segment_io": _segment_io_backend, "gate": _gate_backend}
+    return {**backends, "fanout": _fanout_backend}[role]
 
 
 def capabilities(directory: str | None = None) -> dict[str, Any]:
@@ -126,6 +131,7 @@ def capabilities(directory: str | None = None) -> dict[str, Any]:
         "backend": BACKEND,
         "framing": _framing_backend,
         "segment_io": _segment_io_backend,
+        "gate": _gate_backend,
         "fanout": _fanout_backend,
         "io_uring": bool(segment_io.io_uring_available()),
         "append_io": "io_uring" if segment_io.io_uring_default() else "pwrite",

@@ -322,6 +322,7 @@ cdef class Receiver:
     # Plaintext bytes a non-waiting ack could not send yet (with TLS they wait in the session's BIO).
     cdef char _unsent[64]
     cdef Py_ssize_t _nunsent
+    cdef uint64_t _acked            # the highest txid acked
 
     cdef int _fill(self, Py_ssize_t need) except -1
     cdef void _consume(self, Py_ssize_t n) noexcept
@@ -329,3 +330,5 @@ cdef class Receiver:
     cdef int _write(self, const char *p, Py_ssize_t n, bint wait=*) except -1
     cdef int _send_unsent(self) except -1
     cdef int _fill_tls(self) except -1
+    cdef Py_ssize_t _first_need(self) except -1
+    cdef int _ack_now(self, uint64_t txid) except -1

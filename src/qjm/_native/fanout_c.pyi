@@ -7,6 +7,8 @@ from typing import Final
 
 from typing_extensions import disjoint_base
 
+from qjm._native.gate_c import WriteGate
+
 ACK_SIZE: Final[int]
 MAX_WINDOW_COUNT: Final[int]
 
@@ -159,6 +161,21 @@ class Receiver:
         writer has hung up. A malformed message raises CorruptFrameError, after the messages
         before it have been returned.
         """
+
+    def wait_run(self) -> bool:
+        """Wait (the GIL released) until a whole message, or a malformed one, has been received;
+        False once the writer has hung up without one. ``journal_run`` then takes what it can."""
+
+    def journal_run(self, gate: WriteGate) -> int:
+        """The messages received so far that ``gate`` passes, in order: frames staged, then written,
+        fdatasynced and acked (not waiting, as ``ack(txid, False)``) in one sync; commit notices
+        noted in the gate. Never waits for the socket. Returns 1 when it took every whole message,
+        0 when it stopped at one the gate does not pass (or a malformed one), which ``next_run``
+        then returns (or raises) for the journal's own checks. Called under the journal's lock."""
+
+    @property
+    def acked(self) -> int:
+        """The highest txid acked on this connection (0: none)."""
 
     def ack(self, txid: int, wait: bool = True) -> bool:
         """Tell the writer everything through ``txid`` is durable; True once all of it is sent.

@@ -39,6 +39,7 @@ from posix.unistd cimport close as c_close, read as c_read, write as c_write
 
 
 from qjm._native.framing_c cimport QJM_FRAME_HEADER_SIZE, QJM_FRAME_MAGIC, frame_length
+from qjm._native.gate_c cimport WriteGate
 
 import os
 import traceback
@@ -1780,6 +1781,7 @@ cdef class Receiver:
         if self._buf != NULL:
             raise RuntimeError("Receiver is already initialised")
         self._nunsent = 0
+        self._acked = 0
         self._sock = sock
         self._fd = sock.fileno()
         self._max_frame = max_frame
@@ -2154,6 +2156,114 @@ cdef class Receiver:
                 return None
             self._fill(need - pos)
 
+    cdef Py_ssize_t _first_need(self) except -1:
+        # 0 when a whole message, or a malformed one, starts the buffer; else the bytes it needs.
+        cdef const unsigned char *p = self._buf
+        cdef uint32_t magic
+        cdef Py_ssize_t flen
+        if self._len < 4:
+            return 4
+        magic = _magic(p)
+        if magic == QJM_FRAME_MAGIC:
+            if self._len < QJM_FRAME_HEADER_SIZE:
+                return QJM_FRAME_HEADER_SIZE
+            try:
+                flen = frame_length(p)
+            except CorruptFrameError:
+                return 0
+            return flen if flen <= self._max_frame and self._len < flen else 0
+        if magic == QJM_COMMIT_MAGIC and self._len < <Py_ssize_t>sizeof(qjm_commit):
+            return sizeof(qjm_commit)
+        return 0
+
+    def wait_run(self):
+        """Wait (the GIL released) until a whole message, or a malformed one, has been received;
+        False once the writer has hung up without one. ``journal_run`` then takes what it can."""
+        cdef Py_ssize_t need
+        while True:
+            need = self._first_need()
+            if need == 0:
+                return True
+            if self._eof:
+                return False
+            self._fill(need)
+
+    def journal_run(self, WriteGate gate):
+        """The messages received so far that ``gate`` passes, in order: frames staged, then written,
+        fdatasynced and acked (not waiting, as ``ack(txid, False)``) in one sync; commit notices
+        noted in the gate. Never waits for the socket. Returns 1 when it took every whole message,
+        0 when it stopped at one the gate does not pass (or a malformed one), which ``next_run``
+        then returns (or raises) for the journal's own checks. Called under the journal's lock."""
+        cdef Py_ssize_t pos = 0
+        cdef Py_ssize_t flen
+        cdef Py_ssize_t commit_size = sizeof(qjm_commit)
+        cdef const unsigned char *p
+        cdef const qjm_commit *c
+        cdef uint32_t magic
+        cdef int status = 1
+        cdef double seconds
+        cdef uint64_t durable
+        try:
+            while self._len - pos >= 4:
+                p = self._buf + pos
+                magic = _magic(p)
+                if magic == QJM_FRAME_MAGIC:
+                    if self._len - pos < QJM_FRAME_HEADER_SIZE:
+                        break
+                    try:
+                        flen = frame_length(p)
+                    except CorruptFrameError:
+                        status = 0
+                        break
+                    if flen > self._max_frame:
+                        status = 0
+                        break
+                    if self._len - pos < flen:
+                        break
+                    if not gate.stage_at(p, flen):
+                        status = 0
+                        break
+                    pos += flen
+                elif magic == QJM_COMMIT_MAGIC:
+                    if self._len - pos < commit_size:
+                        break
+                    c = <const qjm_commit *>p
+                    if not gate.note_at(c.epoch, c.committed_txid):
+                        status = 0
+                        break
+                    pos += commit_size
+                else:
+                    status = 0
+                    break
+        finally:
+            self._consume(pos)
+        durable = gate.staged_last()
+        if durable:
+            seconds = gate.write_durable()
+            try:
+                self._ack_now(durable)
+            finally:
+                gate.fold(seconds)
+        if status:
+            self._shrink()
+        return status
+
+    cdef int _ack_now(self, uint64_t txid) except -1:
+        # ack(txid, False): what the socket does not take now goes at flush.
+        cdef qjm_ack msg
+        msg.magic = QJM_ACK_MAGIC
+        msg.reserved = 0
+        msg.txid = txid
+        if txid > self._acked:
+            self._acked = txid
+        self._write(<const char *>&msg, sizeof(qjm_ack), False)
+        return 0
+
+    @property
+    def acked(self):
+        """The highest txid acked on this connection (0: none)."""
+        return self._acked
+
     def ack(self, unsigned long long txid, bint wait=True):
         """Tell the writer everything through ``txid`` is durable; True once all of it is sent.
 
@@ -2169,6 +2279,8 @@ cdef class Receiver:
         msg.magic = QJM_ACK_MAGIC
         msg.reserved = 0
         msg.txid = txid
+        if txid > self._acked:
+            self._acked = txid
         if self._ssl != NULL or self._nunsent or not wait:
             return self._write(b, sizeof(qjm_ack), wait) == 0
         with nogil:

@@ -23,13 +23,16 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qjm._native.framing_py import decode_header
 from qjm.errors import CorruptFrameError, ResourceExhaustedError, TlsError
 from qjm.protocol import wire
 from qjm.protocol.frame import FRAME_HEADER_SIZE, FRAME_MAGIC, MAX_PAYLOAD
 from qjm.security.tls import TlsConfig
+
+if TYPE_CHECKING:
+    from qjm._native.gate_py import WriteGate
 
 MAX_LATENCY_BOUNDS = 32  # as the native engine
 
@@ -750,6 +753,7 @@ class Receiver:
         self._closed = False
         self._tls: ssl.SSLSocket | None = None
         self._unsent = b""  # what a non-waiting ack could not send yet
+        self._acked = 0
 
     def handshake(self, tls: TlsServer, timeout: float) -> None:
         """Run the node's side of the TLS handshake first, within ``timeout`` seconds in all; the
@@ -907,6 +911,91 @@ class Receiver:
                 return None
             self._fill(need)
 
+    def _first_need(self) -> int:
+        """0 when a whole message, or a malformed one, starts the buffer; else the bytes it needs."""
+        buf = self._buf
+        if len(buf) < 4:
+            return 4
+        magic = bytes(buf[:4])
+        if magic == _FRAME_MAGIC:
+            if len(buf) < FRAME_HEADER_SIZE:
+                return FRAME_HEADER_SIZE
+            try:
+                flen = decode_header(bytes(buf[:FRAME_HEADER_SIZE])).frame_len
+            except CorruptFrameError:
+                return 0
+            return flen if flen <= self._max_frame and len(buf) < flen else 0
+        if magic == wire.COMMIT_MAGIC and len(buf) < wire.COMMIT.size:
+            return wire.COMMIT.size
+        return 0
+
+    def wait_run(self) -> bool:
+        """Wait until a whole message, or a malformed one, has been received; False once the writer
+        has hung up without one. ``journal_run`` then takes what it can."""
+        while True:
+            need = self._first_need()
+            if need == 0:
+                return True
+            if self._eof:
+                return False
+            self._fill(need)
+
+    def journal_run(self, gate: WriteGate) -> int:
+        """The messages received so far that ``gate`` passes, in order: frames staged, then written,
+        fdatasynced and acked (not waiting, as ``ack(txid, False)``) in one sync; commit notices
+        noted in the gate. Never waits for the socket. Returns 1 when it took every whole message,
+        0 when it stopped at one the gate does not pass (or a malformed one), which ``next_run``
+        then returns (or raises) for the journal's own checks. Called under the journal's lock."""
+        buf = self._buf
+        pos = 0
+        status = 1
+        try:
+            while len(buf) - pos >= 4:
+                magic = bytes(buf[pos : pos + 4])
+                if magic == _FRAME_MAGIC:
+                    if len(buf) - pos < FRAME_HEADER_SIZE:
+                        break
+                    try:
+                        flen = decode_header(bytes(buf[pos : pos + FRAME_HEADER_SIZE])).frame_len
+                    except CorruptFrameError:
+                        status = 0
+                        break
+                    if flen > self._max_frame:
+                        status = 0
+                        break
+                    if len(buf) - pos < flen:
+                        break
+                    if not gate.stage(bytes(buf[pos : pos + flen])):
+                        status = 0
+                        break
+                    pos += flen
+                elif magic == wire.COMMIT_MAGIC:
+                    if len(buf) - pos < wire.COMMIT.size:
+                        break
+                    _, _, epoch, txid = wire.COMMIT.unpack_from(buf, pos)
+                    if not gate.note(epoch, txid):
+                        status = 0
+                        break
+                    pos += wire.COMMIT.size
+                else:
+                    status = 0
+                    break
+        finally:
+            del buf[:pos]
+        if gate.staged_txid:
+            gate.sync(self._ack_now)
+        if status:
+            self._shrink()
+        return status
+
+    def _ack_now(self, txid: int) -> None:
+        self.ack(txid, False)
+
+    @property
+    def acked(self) -> int:
+        """The highest txid acked on this connection (0: none)."""
+        return self._acked
+
     def ack(self, txid: int, wait: bool = True) -> bool:
         """Tell the writer everything through ``txid`` is durable; True once all of it is sent.
 
@@ -919,6 +1008,7 @@ class Receiver:
         if not 0 <= txid < 1 << 64:
             raise OverflowError(f"txid {txid} out of range")
         data = wire.encode_ack(txid)
+        self._acked = max(self._acked, txid)
         if wait:
             self.send(data)
             return True

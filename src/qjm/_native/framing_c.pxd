@@ -55,6 +55,12 @@ cdef Py_ssize_t frame_length(const unsigned char *p) except -1
 # bytes there), after decode_header's checks of it, raising its errors (offset 0).
 
 
+cdef int frame_ids(const unsigned char *p, Py_ssize_t n, uint64_t *epoch, uint64_t *segment_txid,
+                   uint64_t *first_txid, uint64_t *record_count) noexcept nogil
+# verify_frame's checks of the frame at p (n bytes there): 0 and its ids when it passes, else
+# nonzero (verify_frame_ids raises the error that says why).
+
+
 cdef struct offsets_t:             # a 1-D buffer of record offsets, read in place
     const char *p
     Py_ssize_t n                    # entries: records + 1

@@ -70,8 +70,12 @@ cdef class Appender:
     cdef bint _uring               # _ring is initialised and used for write + linked fdatasync
     cdef bint _dirty               # written without a sync since the last fdatasync
     cdef bint _busy
-    cdef io_uring _ring
+    # A pointer, so that the class's layout is the same to a module built without liburing.h
+    cdef io_uring *_ring
 
+    cdef Py_ssize_t stage(self, const unsigned char *p, Py_ssize_t n) except -1
+    # append's staging of n bytes at p, without a buffer object and without the early write-out
+    # (the caller syncs right after); returns the offset they start at.
     cdef int _reserve(self, Py_ssize_t need) except -1
     cdef int _write_out(self, bint sync) except -1
     cdef int _fail_direct(self) except -1

@@ -17,7 +17,7 @@
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from libc.errno cimport EINTR, EINVAL, EIO, errno
-from libc.stdlib cimport free
+from libc.stdlib cimport calloc, free
 from libc.string cimport memcpy, memmove, memset
 from posix.fcntl cimport F_GETFL, F_SETFL, O_CLOEXEC, O_CREAT, O_DIRECT, O_RDWR, O_TRUNC, fcntl, open as c_open
 from posix.types cimport off_t
@@ -69,6 +69,10 @@ cdef Py_ssize_t _prealloc_target(Py_ssize_t end, Py_ssize_t cap) noexcept nogil:
     if v >= end:
         return v
     return _up(end, cap)
+
+
+cdef io_uring *_new_ring() noexcept:
+    return <io_uring *>calloc(1, sizeof(io_uring))
 
 
 cdef int _pwrite_all(int fd, const unsigned char *p, Py_ssize_t n, Py_ssize_t off) noexcept nogil:
@@ -206,6 +210,7 @@ cdef class Appender:
         self._buf = NULL
         self._cap = 0
         self._uring = False
+        self._ring = NULL
 
     def __init__(self, path, header, *, Py_ssize_t prealloc=DEFAULT_PREALLOC, bint direct=True,
                  io_uring=None):
@@ -244,7 +249,8 @@ cdef class Appender:
         self._fd = fd
         self._direct = direct
         if (_uring_default if io_uring is None else io_uring) and _uring_ok:
-            self._uring = io_uring_queue_init(8, &self._ring, 0) == 0
+            self._ring = _new_ring()
+            self._uring = self._ring != NULL and io_uring_queue_init(8, self._ring, 0) == 0
         try:
             self._write_out(False)
             with nogil:
@@ -264,8 +270,10 @@ cdef class Appender:
             c_close(self._fd)
             self._fd = -1
         if self._uring:
-            io_uring_queue_exit(&self._ring)
+            io_uring_queue_exit(self._ring)
             self._uring = False
+        free(self._ring)
+        self._ring = NULL
         free(self._buf)
         self._buf = NULL
 
@@ -353,7 +361,7 @@ cdef class Appender:
                         err = _write_zeros(fd, zfrom, target)
                     if err == 0 and data:
                         if self._uring:
-                            err = _uring_write(&self._ring, fd, self._buf, wend - base, base, sync)
+                            err = _uring_write(self._ring, fd, self._buf, wend - base, base, sync)
                         else:
                             err = _pwrite_all(fd, self._buf, wend - base, base)
                             if err == 0 and sync:
@@ -384,6 +392,15 @@ cdef class Appender:
         if self._busy:
             raise RuntimeError("Appender is in use by another thread")
         return 0
+
+    cdef Py_ssize_t stage(self, const unsigned char *p, Py_ssize_t n) except -1:
+        cdef Py_ssize_t at = self._size
+        self._check()
+        if n:
+            self._reserve(self._size + n - self._base)
+            memcpy(self._buf + (self._size - self._base), p, <size_t>n)
+            self._size += n
+        return at
 
     def append(self, data):
         """Stage ``data`` at the logical end; written by ``sync`` (or early, past FLUSH_BYTES)."""
@@ -453,7 +470,7 @@ cdef class Appender:
             c_close(self._fd)
             self._fd = -1
         if self._uring:
-            io_uring_queue_exit(&self._ring)
+            io_uring_queue_exit(self._ring)
             self._uring = False
 
 

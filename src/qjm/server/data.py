@@ -2,15 +2,17 @@
 
 One thread per writer connection. The bytes are moved by ``qjm._native.fanout.Receiver`` (Cython,
 the GIL released while it waits and splits the stream; its pure twin when QJM_NO_EXTENSIONS=1):
-each run is every complete frame and commit notice received since the last one. The run goes to
-``Journal.journal`` (verify, fence, append, one fdatasync for all of them: group commit), which
-acks the highest durable txid as soon as it is durable, under the journal's lock and so without
-waiting on the socket (design §1.3); what the socket does not take at once follows when the run is
-done. While that fdatasync runs the next frames pile up in the socket, so a busy writer gets
-larger groups. A bad frame, a stale epoch or a txid gap is answered with one
-ERROR message and the connection is closed: a stream cannot be resynchronised safely, and the
-writer treats the node as out of sync until its next segment (style-anchors R17: the error
-becomes state, never an unwind through the receive loop).
+each run is every complete message received since the last one. Under the journal's lock the
+receiver hands the run's frames, still in its buffer, to the open segment's write gate
+(``qjm._native.gate``: verify, fence, append, one fdatasync for all of them: group commit), and
+acks the highest durable txid as soon as it is durable, without waiting on the socket (design
+§1.3); what the socket does not take at once follows when the run is done. A frame or notice the
+gate does not pass, and every run while no segment is open, goes to ``Journal.journal`` and
+``note_committed``, whose checks accept it or say why not. While that fdatasync runs the next
+frames pile up in the socket, so a busy writer gets larger groups. A bad frame, a stale epoch or
+a txid gap is answered with one ERROR message and the connection is closed: a stream cannot be
+resynchronised safely, and the writer treats the node as out of sync until its next segment
+(style-anchors R17: the error becomes state, never an unwind through the receive loop).
 
 With TLS (design §9.4) the Receiver first runs the handshake (a client certificate signed by the
 node's CA required), bounded by ``hello_timeout`` like the hello, then reads and acks through the
@@ -59,12 +61,12 @@ def apply_run(
     durable txid is acked, then the newest commit notice is noted: a lower bound that only grows,
     so the highest of the run says it all. A refusal raises the node's error; one raised by the
     frames carries ``durable_txid`` when frames before the bad one were made durable. The node's
-    data handler and the simulator both apply runs with this.
+    data handler applies with this what the open segment's gate did not pass; the simulator
+    applies every run with it.
     """
     durable = 0
     if frames:
         durable = journal.journal(frames, ack)  # acked once durable, before the journal's bookkeeping
-        journal.record_stats()  # after the ack: the writer's quorum does not wait on bookkeeping
     if commits:
         journal.note_committed(*(commits[0] if len(commits) == 1 else max(commits, key=_NOTICE_TXID)))
     return durable
@@ -131,13 +133,10 @@ class _Conn(socketserver.BaseRequestHandler):
 
     def _serve(self, sock: socket.socket, rx: Any, identity: str | None) -> None:
         limits = self.server.limits
-        durable = 0
 
         def ack(txid: int) -> None:
             # Called under the journal's lock: it must not wait on a writer that does not read its
             # acks (new epochs would wait on it); what the socket does not take now goes at flush.
-            nonlocal durable
-            durable = txid
             rx.ack(txid, False)
 
         try:
@@ -147,15 +146,15 @@ class _Conn(socketserver.BaseRequestHandler):
             self.server.authz.check(identity, jid, WRITER)
             _set_receive_timeout(sock, limits.idle_timeout)
             with self.server.journals.lease(jid) as journal:
-                while True:
-                    run = rx.next_run()
-                    if run is None:
-                        return
-                    frames, commits = run
-                    apply_run(journal, frames, commits, ack)
+                while rx.wait_run():
+                    # The common case in the native receiver and gate, under the journal's lock;
+                    # what the gate does not pass is applied (or refused) by the journal's checks.
+                    if not journal.journal_through_gate(rx.journal_run):
+                        frames, commits = rx.next_run()
+                        apply_run(journal, frames, commits, ack)
                     rx.flush()
         except QJMError as e:
-            durable = getattr(e, "durable_txid", durable)
+            durable = getattr(e, "durable_txid", rx.acked)
             log.info("data plane %s: refusing: %s: %s", self.client_address, type(e).__name__, e)
             self._send_error(sock, rx, to_code(e), public_message(str(e), self.server.journals.data_dir), durable)
         except OSError as e:
@@ -164,7 +163,7 @@ class _Conn(socketserver.BaseRequestHandler):
             log.exception("data plane %s: unexpected error", self.client_address)
             self._send_error(
                 sock, rx, "QJM_ERROR", public_message(f"{type(e).__name__}: {e}", self.server.journals.data_dir),
-                durable,
+                rx.acked,
             )  # fmt: skip
 
     @staticmethod

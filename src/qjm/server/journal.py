@@ -7,14 +7,15 @@ serialises every call for a journal, like Hadoop's ``synchronized`` Journal meth
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 from qjm._native import framing
+from qjm._native import gate as gate_mod
 from qjm.errors import (
     AlreadyFormattedError,
     ConfigError,
@@ -150,24 +151,42 @@ class JournalHooks:
         """Called before a batch is written to the open segment."""
 
 
-@dataclass(slots=True)
 class _OpenSegment:
-    start: int
-    appender: SegmentAppender
-    next_txid: int
-    # (first_txid, last_txid, offset, length) of each frame, for tailing without rescanning
-    index: list[tuple[int, int, int, int]]
-    last_epoch: int = 0  # epoch of the last frame written
-    synced: int = 0  # frames of the index made durable (and counted in the journal's stats)
+    """The open in-progress segment: its appender and its write gate (``qjm._native.gate``), which
+    holds the next txid and the last epoch and keeps each durable run's index until taken here."""
+
+    __slots__ = ("_index", "appender", "gate", "start")
+
+    def __init__(self, start: int, appender: SegmentAppender, gate: gate_mod.WriteGate) -> None:
+        self.start = start
+        self.appender = appender
+        self.gate = gate
+        self._index: list[tuple[int, int, int, int]] = []
+
+    @property
+    def next_txid(self) -> int:
+        return self.gate.next_txid
+
+    @property
+    def last_epoch(self) -> int:
+        """The epoch of the last frame written."""
+        return self.gate.last_epoch
+
+    @property
+    def index(self) -> list[tuple[int, int, int, int]]:
+        """(first_txid, last_txid, offset, length) of each durable frame, for tailing without rescanning."""
+        self._index.extend(self.gate.take_index())
+        return self._index
 
     def scan_result(self) -> framing.ScanResult | None:
         """What a scan of this file would find: every frame was verified on arrival and is durable
         (``journal`` syncs before it returns), so the node need not re-read a segment it wrote.
         None if the file holds anything the index does not account for."""
+        index = self.index
         res = framing.ScanResult(
-            valid_end=self.index[-1][2] + self.index[-1][3] if self.index else SEGMENT_HEADER_SIZE,
-            frame_count=len(self.index),
-            first_txid=self.index[0][0] if self.index else 0,
+            valid_end=index[-1][2] + index[-1][3] if index else SEGMENT_HEADER_SIZE,
+            frame_count=len(index),
+            first_txid=index[0][0] if index else 0,
             last_txid=self.next_txid - 1,
             last_epoch=self.last_epoch,
             tail="clean",
@@ -223,10 +242,8 @@ class Journal:
         # Scans made during the current new_epoch (its phase 1 scans the newest segment twice)
         self._scan_memo: dict[str, framing.ScanResult] | None = None
         self.stats = JournalStats()
-        # The last sync's figures, counted in ``stats`` once its ack is out (``record_stats``):
-        # nothing but the ack between a node's fdatasync and the writer's quorum. Guarded by
-        # _stats_lock, which is taken inside _lock or alone (so a scrape never waits on _lock).
-        self._unrecorded: tuple[list[tuple[int, int, int, int]], int, int, int, float, float] | None = None
+        # The open segment's gate keeps its durable runs' counters until ``record_stats`` takes
+        # them under _stats_lock, which is taken inside _lock or alone (a scrape never waits on _lock).
         self._stats_lock = threading.Lock()
         self.sync_stats = SyncStats()  # kept by qjm.server.syncer
         if self._ns is not None:
@@ -481,7 +498,7 @@ class Journal:
                 self._writer_epoch = req.epoch
             self.storage.delete_paxos(txid)
             appender = self.storage.create_segment(txid, framing.encode_segment_header(txid, req.epoch))
-            self._open = _OpenSegment(txid, appender, txid, [])
+            self._open = _OpenSegment(txid, appender, self._new_gate(appender, txid))
             if self._rejoined:
                 # A writer starts a segment only once a quorum finalized every one before it
                 # (invariant 6): from here on this node's answers in a recovery are evidence.
@@ -529,12 +546,31 @@ class Journal:
         )
         self.storage.move_aside(seg, f".superseded-epoch{res.last_epoch}")
 
+    def _new_gate(self, appender: SegmentAppender, txid: int) -> gate_mod.WriteGate:
+        gate = gate_mod.WriteGate(
+            appender, txid, txid, stager=appender.stager, bounds=self.stats.sync_seconds.bounds, clock=self._clock
+        )
+        if type(self.hooks).before_append is not JournalHooks.before_append:
+            gate.hook = functools.partial(self.hooks.before_append, self.journal_id)
+        if self._bugs is not None and self._bugs.ack_before_fsync:
+            gate.sync_data = False
+        return gate
+
+    def _arm(self, gate: gate_mod.WriteGate) -> None:
+        """(_lock held.) What the gate passes without the journal's own checks: frames of the writer
+        epoch while it is the promised one or newer (``_check_writer``'s rule)."""
+        w = self._writer_epoch
+        gate.epoch = w if w >= self._promised else 0
+        gate.committed = self._committed
+
     def journal(self, frames: Sequence[bytes], ack: Callable[[int], None] | None = None) -> int:
         """Append a run of pipelined frames and make them durable with one fdatasync (group commit).
 
         Each frame is verified and checked for epoch and txid continuity before any byte of it is
         written; the node acknowledges only what this returns, i.e. what is on disk (invariant 4).
-        Returns the highest durable txid of the open segment.
+        Returns the highest durable txid of the open segment. The open segment's write gate passes
+        the common case; a frame it does not pass gets the checks below, which raise or (for a
+        protocol bug under test) let it through.
 
         ``ack``, if given, is called with that txid as soon as the fdatasync returns, before the
         bookkeeping nobody waits on (the index tailing reads, the stats): a writer's commit waits on
@@ -547,107 +583,109 @@ class Journal:
             if self._ns is None:
                 self._check_formatted()
             seg = self._open
-            appended: list[tuple[int, int, int]] = []  # (first_txid, last_txid, length) of this call's frames
-            written_epoch = 0  # of the last frame appended
+            if seg is None:
+                if frames:
+                    self._check_frame_epoch(framing.verify_frame_ids(frames[0])[0])
+                    self.stats.record_out_of_sync()
+                raise OutOfSyncError(f"cannot write to journal {self.journal_id}: no segment is open on this node")
+            gate = seg.gate
+            self._arm(gate)
             try:
-                expected = seg.next_txid if seg is not None else 0
                 for frame in frames:
-                    epoch, segment_txid, first_txid, last_txid = framing.verify_frame_ids(frame)
-                    if (epoch != self._writer_epoch or epoch < self._promised) and (
-                        self._bugs is None or not self._bugs.skip_data_plane_epoch_check
-                    ):
-                        self._check_writer(epoch)  # raises FencedError
-                    if seg is None:
-                        raise OutOfSyncError(
-                            f"cannot write to journal {self.journal_id}: no segment is open on this node"
-                        )
-                    if segment_txid != seg.start:
-                        # A frame of a newer segment means this node missed that segment's start: its
-                        # open segment is stale (Hadoop's rule). A frame of an older one is late, left on
-                        # a connection of a segment the writer dropped this node from (batches and
-                        # control calls travel on different connections): refused, the open segment kept.
-                        if segment_txid > seg.start:
-                            self._abort_open()
-                        raise OutOfSyncError(
-                            f"writer thinks it is writing segment {segment_txid} but the open segment is {seg.start}"
-                        )
-                    if first_txid != expected and not (
-                        self._bugs is not None and self._bugs.accept_txid_gap and first_txid > expected
-                    ):
-                        raise OutOfOrderError(
-                            f"frame starts at txid {first_txid}, expected {expected}",
-                            expected=expected,
-                            actual=first_txid,
-                        )
-                    self.hooks.before_append(self.journal_id, first_txid)
-                    seg.appender.append(frame)
-                    appended.append((first_txid, last_txid, len(frame)))
-                    written_epoch = epoch
-                    expected = last_txid + 1
+                    if not gate.stage(frame):
+                        self._stage_refused(seg, frame)
             except BaseException as e:
                 if isinstance(e, OutOfSyncError | OutOfOrderError):
                     self.stats.record_out_of_sync()
-                # What this call appended before the bad frame is still made durable and
+                # What this call staged before the bad frame is still made durable and
                 # acknowledged. Only this call's frames: the node's own highest txid may hold
                 # another writer's bytes, and a fenced writer counting it as its ack could reach a
                 # false quorum and acknowledge records the log holds with other bytes (invariant 2).
-                if appended and seg is not None and self._open is seg:
-                    self._sync_or_abort(seg, appended, written_epoch, None)
+                if gate.staged_txid and self._open is seg:
+                    self._sync(seg, None)
                     e.durable_txid = seg.next_txid - 1  # type: ignore[attr-defined]
                 raise
-            if seg is None:
-                raise OutOfSyncError(f"cannot write to journal {self.journal_id}: no segment is open on this node")
-            if appended:
-                self._sync_or_abort(seg, appended, written_epoch, ack)
-            return seg.next_txid - 1
+            return self._sync(seg, ack)
 
-    def _sync_or_abort(
-        self, seg: _OpenSegment, appended: list[tuple[int, int, int]], epoch: int, ack: Callable[[int], None] | None
-    ) -> None:
-        """Make ``appended`` (just written to ``seg``) durable, ``ack`` its last txid, then index it."""
-        started = self._clock()
+    def _stage_refused(self, seg: _OpenSegment, frame: bytes) -> None:
+        """(_lock held.) A frame the gate did not pass: raise why, or stage it for a bug under test."""
+        epoch, segment_txid, first_txid, last_txid = framing.verify_frame_ids(frame)
+        self._check_frame_epoch(epoch)
+        if segment_txid != seg.start:
+            # A frame of a newer segment means this node missed that segment's start: its open
+            # segment is stale (Hadoop's rule). A frame of an older one is late, left on a
+            # connection of a segment the writer dropped this node from (batches and control calls
+            # travel on different connections): refused, the open segment kept.
+            if segment_txid > seg.start:
+                if seg.gate.staged_txid:
+                    self._sync(seg, None)
+                self._abort_open()
+            raise OutOfSyncError(
+                f"writer thinks it is writing segment {segment_txid} but the open segment is {seg.start}"
+            )
+        expected = seg.gate.staged_txid + 1 if seg.gate.staged_txid else seg.next_txid
+        if first_txid != expected and not (
+            self._bugs is not None and self._bugs.accept_txid_gap and first_txid > expected
+        ):
+            raise OutOfOrderError(
+                f"frame starts at txid {first_txid}, expected {expected}", expected=expected, actual=first_txid
+            )
+        seg.gate.stage_checked(frame, epoch, first_txid, last_txid)
+
+    def _check_frame_epoch(self, epoch: int) -> None:
+        if (epoch != self._writer_epoch or epoch < self._promised) and (
+            self._bugs is None or not self._bugs.skip_data_plane_epoch_check
+        ):
+            self._check_writer(epoch)  # raises FencedError
+
+    def journal_through_gate(self, receive: Callable[[gate_mod.WriteGate], int]) -> int:
+        """Let ``receive`` (the data plane's ``Receiver.journal_run``) stage, sync and ack a writer's
+        frames and notices through the open segment's gate, under this journal's lock; it returns
+        the gate's status, 0 also when no segment is open (the caller then applies the run with
+        ``journal`` and ``note_committed``, whose checks say what is wrong)."""
+        with self._lock:
+            seg = self._open
+            if seg is None or self._ns is None:
+                return 0
+            gate = seg.gate
+            self._arm(gate)
+            try:
+                status = receive(gate)
+            except BaseException:
+                if gate.staged_txid and self._open is seg:
+                    # Staged bytes that are not durable (a failed sync) may not be acknowledged or
+                    # appended after: drop the open segment, as a failed sync does below.
+                    log.exception("journal %s: writing segment %d failed; closing it", self.journal_id, seg.start)
+                    self._abort_open()
+                raise
+            self._highest_written = max(self._highest_written, gate.next_txid - 1)
+            if gate.noticed > self._committed:
+                self._note_committed(gate.noticed)
+            return status
+
+    def _sync(self, seg: _OpenSegment, ack: Callable[[int], None] | None) -> int:
+        """Make what ``seg``'s gate staged durable and ``ack`` it; returns the durable txid."""
         try:
-            if self._bugs is None or not self._bugs.ack_before_fsync:
-                seg.appender.sync()
+            durable = seg.gate.sync(ack)
         except Exception:
+            if not seg.gate.staged_txid:
+                raise  # the ack failed; the frames are durable and kept
             # Nothing after the last durable point may be acknowledged: drop the open segment so the
             # writer marks this node out of sync; a torn tail is repaired when the file is next scanned.
             log.exception("journal %s: sync of segment %d failed; closing it", self.journal_id, seg.start)
             self._abort_open()
             raise
-        seconds = self._clock() - started
-        durable = appended[-1][1]
-        try:
-            if ack is not None:
-                ack(durable)
-        finally:
-            # The appender's end less what this call wrote is where its first frame starts.
-            offset = seg.appender.size - sum(n for _, _, n in appended)
-            index = seg.index
-            for first_txid, last_txid, n in appended:
-                index.append((first_txid, last_txid, offset, n))
-                offset += n
-            seg.next_txid = durable + 1
-            seg.last_epoch = epoch
-            self._highest_written = durable
-            done = (index, seg.synced, len(index), self._committed, seconds, time.time())
-            seg.synced = len(index)
-            with self._stats_lock:
-                self._record_unrecorded()  # a caller that did not record its last sync
-                self._unrecorded = done
+        self._highest_written = max(self._highest_written, durable)
+        return durable
 
     def record_stats(self) -> JournalStats:
-        """Count the last sync in ``stats`` and return them: the data plane calls it once the
-        sync's ack is out, readers before they look."""
+        """Count the open segment's durable runs in ``stats`` and return them: readers call it
+        before they look."""
         with self._stats_lock:
-            self._record_unrecorded()
+            seg = self._open
+            if seg is not None:
+                self.stats.add_durable(*seg.gate.take_stats())
         return self.stats
-
-    def _record_unrecorded(self) -> None:
-        """(_stats_lock held.)"""
-        if self._unrecorded is not None:
-            self.stats.record_durable(*self._unrecorded)
-            self._unrecorded = None
 
     def note_committed(self, epoch: int, txid: int) -> None:
         """The writer's data plane says a quorum holds everything through ``txid``."""
@@ -1094,6 +1132,8 @@ class Journal:
 
     def _abort_open(self) -> None:
         if self._open is not None:
+            with self._stats_lock:
+                self.stats.add_durable(*self._open.gate.take_stats())
             self._open.appender.close()
             self._open = None
 

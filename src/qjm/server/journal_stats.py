@@ -1,19 +1,15 @@
 """What one journal has done since the node opened it: Hadoop's ``JournalMetrics`` counters.
 
-``Journal`` updates these under its own lock, once per durable run of batches (never per record)
-and once per refused request; ``qjm.server.metrics`` reads them at scrape time. Plain integers so
+``Journal`` updates these under its own lock, from its write gate's counters when read (never per
+record) and once per refused request; ``qjm.server.metrics`` reads them at scrape time. Plain integers so
 the pure protocol code (and the simulation running it) needs no metrics library.
 """
 
 from __future__ import annotations
 
-import bisect
-import operator
 from collections.abc import Sequence
 
 from qjm.histogram import Histogram
-
-_LAST_TXID = operator.itemgetter(1)
 
 
 class JournalStats:
@@ -46,30 +42,28 @@ class JournalStats:
         self.purged_bytes = 0
         self.out_of_sync = False  # refused the writer's batches this segment; cleared by the next start
 
-    def record_durable(
+    def add_durable(
         self,
-        index: Sequence[tuple[int, int, int, int]],
-        first: int,
-        end: int,
-        committed: int,
-        seconds: float,
-        now: float,
+        batches: int,
+        txns: int,
+        nbytes: int,
+        lagging: int,
+        sync_counts: Sequence[int],
+        sync_total: float,
+        last_time: float,
     ) -> None:
-        """Frames ``index[first:end]`` ((first_txid, last_txid, offset, length) each) were made
-        durable by one sync of ``seconds``. A frame wholly at or below ``committed`` was already on
-        a quorum before it arrived here: Hadoop's "written while lagging"."""
-        n = end - first
-        if n <= 0:
+        """Count durable runs a segment's write gate kept (``qjm._native.gate``'s ``take_stats``):
+        frames, txns and bytes made durable, the frames wholly at or below the committed txid when
+        they came (already on a quorum: Hadoop's "written while lagging"), the syncs' times per
+        bucket of ``sync_seconds`` and their sum, and the wall clock of the last one (0: none)."""
+        if not batches:
             return
-        head, tail = index[first], index[end - 1]
-        self.batches_written += n
-        self.txns_written += tail[1] - head[0] + 1
-        self.bytes_written += tail[2] + tail[3] - head[2]
-        if head[1] <= committed:
-            lagging = bisect.bisect_right(index, committed, first, end, key=_LAST_TXID) - first
-            self.batches_written_while_lagging += lagging
-        self.sync_seconds.observe(seconds)
-        self.last_journal_time = now
+        self.batches_written += batches
+        self.txns_written += txns
+        self.bytes_written += nbytes
+        self.batches_written_while_lagging += lagging
+        self.sync_seconds.add(sync_counts, sync_total)
+        self.last_journal_time = last_time
 
     def record_out_of_sync(self) -> None:
         self.out_of_sync_refused += 1

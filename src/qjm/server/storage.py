@@ -110,6 +110,12 @@ class SegmentAppender(Protocol):
     @property
     def size(self) -> int: ...
 
+    @property
+    def stager(self) -> object | None:
+        """The ``qjm._native.segment_io.Appender`` behind this one, which the native write gate
+        copies received frames into in place; None where there is none (memory)."""
+        ...
+
     def append(self, data: bytes) -> None: ...
 
     def sync(self) -> None: ...
@@ -242,6 +248,10 @@ class _FileAppender:
     @property
     def size(self) -> int:
         return self._app.size
+
+    @property
+    def stager(self) -> segment_io.Appender:
+        return self._app
 
     def append(self, data: bytes) -> None:
         try:

@@ -89,6 +89,10 @@ class _MemAppender:
     def size(self) -> int:
         return len(self._live().data)
 
+    @property
+    def stager(self) -> None:
+        return None
+
     def append(self, data: bytes) -> None:
         self._live().data += data
 
