@@ -617,8 +617,6 @@ class Journal:
             # connection of a segment the writer dropped this node from (batches and control calls
             # travel on different connections): refused, the open segment kept.
             if segment_txid > seg.start:
-                if seg.gate.staged_txid:
-                    self._sync(seg, None)
                 self._abort_open()
             raise OutOfSyncError(
                 f"writer thinks it is writing segment {segment_txid} but the open segment is {seg.start}"
