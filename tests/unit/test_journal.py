@@ -280,6 +280,7 @@ def test_the_ack_goes_out_once_durable_and_a_failed_ack_loses_no_bookkeeping(env
 
     with pytest.raises(ConnectionResetError):
         j.journal([frame(7, 2, epoch=1, seg=1)], lost)
+    assert j.peek_state().highest_written_txid == 8  # type: ignore[union-attr]
     assert j.journal([frame(9, 1, epoch=1, seg=1)], ack) == 9
     assert acked == [6, 9]
     # A run refused part-way is not acked: the error carries what of it is durable.
@@ -1242,3 +1243,22 @@ def test_a_failed_write_through_the_gate_closes_the_open_segment(env: Env) -> No
     assert j.peek_state().open_segment_txid == 0  # type: ignore[union-attr]
     with pytest.raises(OutOfSyncError, match="no segment is open"):
         j.journal([frame(4, 2, epoch=1, seg=1)])
+
+
+def test_a_failed_ack_through_the_gate_keeps_the_segment_and_its_end(env: Env) -> None:
+    j = env.journal()
+    writing(j, epoch=1, upto=3)
+
+    def lost(txid: int) -> None:
+        raise ConnectionResetError("the writer hung up")
+
+    def receive(gate: Any) -> int:
+        assert gate.stage(frame(4, 2, epoch=1, seg=1))
+        gate.sync(lost)
+        return 1
+
+    with pytest.raises(ConnectionResetError):
+        j.journal_through_gate(receive)
+    st = j.peek_state()
+    assert st is not None and (st.open_segment_txid, st.highest_written_txid) == (1, 5)
+    assert j.journal([frame(6, 1, epoch=1, seg=1)]) == 6  # the next run continues after them

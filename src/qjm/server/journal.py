@@ -655,6 +655,8 @@ class Journal:
                     # appended after: drop the open segment, as a failed sync does below.
                     log.exception("journal %s: writing segment %d failed; closing it", self.journal_id, seg.start)
                     self._abort_open()
+                else:  # a failed ack: what was synced before it is durable
+                    self._highest_written = max(self._highest_written, gate.next_txid - 1)
                 raise
             self._highest_written = max(self._highest_written, gate.next_txid - 1)
             if gate.noticed > self._committed:
@@ -666,8 +668,9 @@ class Journal:
         try:
             durable = seg.gate.sync(ack)
         except Exception:
-            if not seg.gate.staged_txid:
-                raise  # the ack failed; the frames are durable and kept
+            if not seg.gate.staged_txid:  # the ack failed: the frames are durable and indexed
+                self._highest_written = max(self._highest_written, seg.next_txid - 1)
+                raise
             # Nothing after the last durable point may be acknowledged: drop the open segment so the
             # writer marks this node out of sync; a torn tail is repaired when the file is next scanned.
             log.exception("journal %s: sync of segment %d failed; closing it", self.journal_id, seg.start)
