@@ -787,6 +787,22 @@ def test_run_twice_and_closed_engine(fo: ModuleType) -> None:
     node.close()
 
 
+def test_a_stop_before_run_makes_it_return_at_once(fo: ModuleType) -> None:
+    """A thread told to run may start after the stop meant for it (a writer closed at once)."""
+    f = fo.Fanout()
+    f.stop()
+    t = threading.Thread(target=f.run, args=(lambda *a: None,), daemon=True)
+    t.start()
+    t.join(WAIT)
+    assert not t.is_alive()
+    t = threading.Thread(target=f.run, args=(lambda *a: None,), daemon=True)
+    t.start()  # the stop was honoured: this run ends only at the next one
+    f.stop()
+    t.join(WAIT)
+    assert not t.is_alive()
+    f.close()
+
+
 def test_send_type_checks(fo: ModuleType) -> None:
     f = fo.Fanout()
     mine, node = pair()

@@ -118,7 +118,7 @@ class Fanout:
         """
 
     def stop(self) -> None:
-        """Make ``run`` return (from any thread)."""
+        """Make ``run`` return (from any thread); a stop before ``run`` makes it return at once."""
 
     def close(self) -> None:
         """Remove every link and release the epoll instance; ``run`` must have returned."""

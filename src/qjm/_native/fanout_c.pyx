@@ -1498,7 +1498,6 @@ cdef class Fanout:
         if self._running:
             raise RuntimeError("Fanout.run is already running")
         self._running = True
-        self._stop = False
         try:
             while not self._stop:
                 ntouched = 0
@@ -1550,6 +1549,7 @@ cdef class Fanout:
                     for i in range(ntouched):
                         self._report(touched[i], callback)
         finally:
+            self._stop = False  # honoured: a stop that came before this run, too
             self._running = False
 
     cdef int _report(self, int s, object callback) except -1:
@@ -1606,7 +1606,7 @@ cdef class Fanout:
         return 0
 
     def stop(self):
-        """Make ``run`` return (from any thread)."""
+        """Make ``run`` return (from any thread); a stop before ``run`` makes it return at once."""
         cdef unsigned long long one = 1
         cdef ssize_t r
         self._stop = True
@@ -2094,6 +2094,28 @@ cdef class Receiver:
                 return None
             self._fill(size + jlen)
 
+    cdef Py_ssize_t _message_at(self, Py_ssize_t pos, uint32_t *magic) except -1:
+        # The whole length of the message at pos (4 bytes there), which may pass the buffer's end;
+        # a frame's header counts until it is all there. Raises CorruptFrameError (a bad magic or
+        # frame header) or ResourceExhaustedError (a frame past max_frame_bytes).
+        cdef const unsigned char *p = self._buf + pos
+        cdef Py_ssize_t flen
+        magic[0] = _magic(p)
+        if magic[0] == QJM_FRAME_MAGIC:
+            if self._len - pos < QJM_FRAME_HEADER_SIZE:
+                return QJM_FRAME_HEADER_SIZE
+            flen = frame_length(p)
+            if flen > self._max_frame:
+                raise ResourceExhaustedError(
+                    f"a frame of {flen} bytes is larger than this node takes ({self._max_frame} bytes, "
+                    "max_frame_bytes)")
+            return flen
+        if magic[0] == QJM_COMMIT_MAGIC:
+            return sizeof(qjm_commit)
+        raise CorruptFrameError(
+            f"unexpected data-plane message magic {PyBytes_FromStringAndSize(<const char *>p, 4)!r}",
+            reason="magic", offset=0)
+
     def next_run(self):
         """Every complete frame and commit notice received so far, waiting for at least one.
 
@@ -2105,44 +2127,24 @@ cdef class Receiver:
         cdef list commits = []
         cdef Py_ssize_t pos
         cdef Py_ssize_t need
-        cdef Py_ssize_t flen
-        cdef Py_ssize_t frame_hdr = QJM_FRAME_HEADER_SIZE
-        cdef Py_ssize_t commit_size = sizeof(qjm_commit)
+        cdef Py_ssize_t n
         cdef const qjm_commit *c
-        cdef uint32_t magic
-        cdef const unsigned char *p
+        cdef uint32_t magic = 0
         while True:
             pos = 0
             need = 0
             try:
                 while self._len - pos >= 4:
-                    p = self._buf + pos
-                    magic = _magic(p)
+                    n = self._message_at(pos, &magic)
+                    if self._len - pos < n:
+                        need = pos + n
+                        break
                     if magic == QJM_FRAME_MAGIC:
-                        if self._len - pos < frame_hdr:
-                            need = pos + frame_hdr
-                            break
-                        flen = frame_length(p)
-                        if flen > self._max_frame:
-                            raise ResourceExhaustedError(
-                                f"a frame of {flen} bytes is larger than this node takes ({self._max_frame} bytes, "
-                                "max_frame_bytes)")
-                        if self._len - pos < flen:
-                            need = pos + flen
-                            break
-                        frames.append(PyBytes_FromStringAndSize(<const char *>p, flen))
-                        pos += flen
-                    elif magic == QJM_COMMIT_MAGIC:
-                        if self._len - pos < commit_size:
-                            need = pos + commit_size
-                            break
-                        c = <const qjm_commit *>p
-                        commits.append((c.epoch, c.committed_txid))
-                        pos += commit_size
+                        frames.append(PyBytes_FromStringAndSize(<const char *>self._buf + pos, n))
                     else:
-                        raise CorruptFrameError(
-                            f"unexpected data-plane message magic {PyBytes_FromStringAndSize(<const char *>p, 4)!r}",
-                            reason="magic", offset=0)
+                        c = <const qjm_commit *>(self._buf + pos)
+                        commits.append((c.epoch, c.committed_txid))
+                    pos += n
             except (CorruptFrameError, ResourceExhaustedError):
                 self._consume(pos)
                 if frames or commits:
@@ -2156,33 +2158,19 @@ cdef class Receiver:
                 return None
             self._fill(need - pos)
 
-    cdef Py_ssize_t _first_need(self) except -1:
-        # 0 when a whole message, or a malformed one, starts the buffer; else the bytes it needs.
-        cdef const unsigned char *p = self._buf
-        cdef uint32_t magic
-        cdef Py_ssize_t flen
-        if self._len < 4:
-            return 4
-        magic = _magic(p)
-        if magic == QJM_FRAME_MAGIC:
-            if self._len < QJM_FRAME_HEADER_SIZE:
-                return QJM_FRAME_HEADER_SIZE
-            try:
-                flen = frame_length(p)
-            except CorruptFrameError:
-                return 0
-            return flen if flen <= self._max_frame and self._len < flen else 0
-        if magic == QJM_COMMIT_MAGIC and self._len < <Py_ssize_t>sizeof(qjm_commit):
-            return sizeof(qjm_commit)
-        return 0
-
     def wait_run(self):
         """Wait (the GIL released) until a whole message, or a malformed one, has been received;
         False once the writer has hung up without one. ``journal_run`` then takes what it can."""
         cdef Py_ssize_t need
+        cdef uint32_t magic = 0
         while True:
-            need = self._first_need()
-            if need == 0:
+            need = 4
+            if self._len >= 4:
+                try:
+                    need = self._message_at(0, &magic)
+                except (CorruptFrameError, ResourceExhaustedError):
+                    return True  # for next_run to raise
+            if self._len >= need:
                 return True
             if self._eof:
                 return False
@@ -2195,46 +2183,31 @@ cdef class Receiver:
         0 when it stopped at one the gate does not pass (or a malformed one), which ``next_run``
         then returns (or raises) for the journal's own checks. Called under the journal's lock."""
         cdef Py_ssize_t pos = 0
-        cdef Py_ssize_t flen
-        cdef Py_ssize_t commit_size = sizeof(qjm_commit)
-        cdef const unsigned char *p
+        cdef Py_ssize_t n
         cdef const qjm_commit *c
-        cdef uint32_t magic
+        cdef uint32_t magic = 0
         cdef int status = 1
+        cdef int taken
         cdef double seconds
         cdef uint64_t durable
         try:
             while self._len - pos >= 4:
-                p = self._buf + pos
-                magic = _magic(p)
-                if magic == QJM_FRAME_MAGIC:
-                    if self._len - pos < QJM_FRAME_HEADER_SIZE:
-                        break
-                    try:
-                        flen = frame_length(p)
-                    except CorruptFrameError:
-                        status = 0
-                        break
-                    if flen > self._max_frame:
-                        status = 0
-                        break
-                    if self._len - pos < flen:
-                        break
-                    if not gate.stage_at(p, flen):
-                        status = 0
-                        break
-                    pos += flen
-                elif magic == QJM_COMMIT_MAGIC:
-                    if self._len - pos < commit_size:
-                        break
-                    c = <const qjm_commit *>p
-                    if not gate.note_at(c.epoch, c.committed_txid):
-                        status = 0
-                        break
-                    pos += commit_size
-                else:
+                try:
+                    n = self._message_at(pos, &magic)
+                except (CorruptFrameError, ResourceExhaustedError):
                     status = 0
                     break
+                if self._len - pos < n:
+                    break
+                if magic == QJM_FRAME_MAGIC:
+                    taken = gate.stage_at(self._buf + pos, n)
+                else:
+                    c = <const qjm_commit *>(self._buf + pos)
+                    taken = gate.note_at(c.epoch, c.committed_txid)
+                if not taken:
+                    status = 0
+                    break
+                pos += n
         finally:
             self._consume(pos)
         durable = gate.staged_last()

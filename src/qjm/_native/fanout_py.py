@@ -644,7 +644,6 @@ class Fanout:
         if self._running:
             raise RuntimeError("Fanout.run is already running")
         self._running = True
-        self._stop = False
         try:
             while not self._stop:
                 ready = self._sel.select()
@@ -684,6 +683,7 @@ class Fanout:
                 for link in dict.fromkeys(touched):
                     self._report(link, callback)
         finally:
+            self._stop = False  # honoured: a stop that came before this run, too
             self._running = False
 
     def _report(self, link: int, callback: Callback) -> None:
@@ -707,7 +707,7 @@ class Fanout:
             traceback.print_exc()
 
     def stop(self) -> None:
-        """Make ``run`` return (from any thread)."""
+        """Make ``run`` return (from any thread); a stop before ``run`` makes it return at once."""
         self._stop = True
         self._wake()
 
@@ -856,6 +856,25 @@ class Receiver:
                 return None
             self._fill(wire.HELLO.size + jlen)
 
+    def _message_at(self, pos: int) -> tuple[bytes, int]:
+        """The magic and whole length of the message at ``pos`` (4 bytes there), which may pass the
+        buffer's end; a frame's header counts until it is all there. Raises CorruptFrameError (a
+        bad magic or frame header) or ResourceExhaustedError (a frame past max_frame_bytes)."""
+        buf = self._buf
+        magic = bytes(buf[pos : pos + 4])
+        if magic == _FRAME_MAGIC:
+            if len(buf) - pos < FRAME_HEADER_SIZE:
+                return magic, FRAME_HEADER_SIZE
+            flen = decode_header(bytes(buf[pos : pos + FRAME_HEADER_SIZE])).frame_len
+            if flen > self._max_frame:
+                raise ResourceExhaustedError(
+                    f"a frame of {flen} bytes is larger than this node takes ({self._max_frame} bytes, max_frame_bytes)"
+                )
+            return magic, flen
+        if magic == wire.COMMIT_MAGIC:
+            return magic, wire.COMMIT.size
+        raise CorruptFrameError(f"unexpected data-plane message magic {magic!r}", reason="magic", offset=0)
+
     def next_run(self) -> tuple[list[bytes], list[tuple[int, int]]] | None:
         """Every complete frame and commit notice received so far, waiting for at least one.
 
@@ -871,33 +890,16 @@ class Receiver:
             need = 0
             try:
                 while len(buf) - pos >= 4:
-                    magic = bytes(buf[pos : pos + 4])
+                    magic, n = self._message_at(pos)
+                    if len(buf) - pos < n:
+                        need = n
+                        break
                     if magic == _FRAME_MAGIC:
-                        if len(buf) - pos < FRAME_HEADER_SIZE:
-                            need = FRAME_HEADER_SIZE
-                            break
-                        h = decode_header(bytes(buf[pos : pos + FRAME_HEADER_SIZE]))
-                        if h.frame_len > self._max_frame:
-                            raise ResourceExhaustedError(
-                                f"a frame of {h.frame_len} bytes is larger than this node takes ({self._max_frame} "
-                                "bytes, max_frame_bytes)"
-                            )
-                        if len(buf) - pos < h.frame_len:
-                            need = h.frame_len
-                            break
-                        frames.append(bytes(buf[pos : pos + h.frame_len]))
-                        pos += h.frame_len
-                    elif magic == wire.COMMIT_MAGIC:
-                        if len(buf) - pos < wire.COMMIT.size:
-                            need = wire.COMMIT.size
-                            break
+                        frames.append(bytes(buf[pos : pos + n]))
+                    else:
                         _, _, epoch, txid = wire.COMMIT.unpack_from(buf, pos)
                         commits.append((epoch, txid))
-                        pos += wire.COMMIT.size
-                    else:
-                        raise CorruptFrameError(
-                            f"unexpected data-plane message magic {magic!r}", reason="magic", offset=0
-                        )
+                    pos += n
             except (CorruptFrameError, ResourceExhaustedError):
                 del buf[:pos]
                 if frames or commits:
@@ -911,30 +913,17 @@ class Receiver:
                 return None
             self._fill(need)
 
-    def _first_need(self) -> int:
-        """0 when a whole message, or a malformed one, starts the buffer; else the bytes it needs."""
-        buf = self._buf
-        if len(buf) < 4:
-            return 4
-        magic = bytes(buf[:4])
-        if magic == _FRAME_MAGIC:
-            if len(buf) < FRAME_HEADER_SIZE:
-                return FRAME_HEADER_SIZE
-            try:
-                flen = decode_header(bytes(buf[:FRAME_HEADER_SIZE])).frame_len
-            except CorruptFrameError:
-                return 0
-            return flen if flen <= self._max_frame and len(buf) < flen else 0
-        if magic == wire.COMMIT_MAGIC and len(buf) < wire.COMMIT.size:
-            return wire.COMMIT.size
-        return 0
-
     def wait_run(self) -> bool:
         """Wait until a whole message, or a malformed one, has been received; False once the writer
         has hung up without one. ``journal_run`` then takes what it can."""
         while True:
-            need = self._first_need()
-            if need == 0:
+            need = 4
+            if len(self._buf) >= 4:
+                try:
+                    need = self._message_at(0)[1]
+                except (CorruptFrameError, ResourceExhaustedError):
+                    return True  # for next_run to raise
+            if len(self._buf) >= need:
                 return True
             if self._eof:
                 return False
@@ -951,35 +940,22 @@ class Receiver:
         status = 1
         try:
             while len(buf) - pos >= 4:
-                magic = bytes(buf[pos : pos + 4])
-                if magic == _FRAME_MAGIC:
-                    if len(buf) - pos < FRAME_HEADER_SIZE:
-                        break
-                    try:
-                        flen = decode_header(bytes(buf[pos : pos + FRAME_HEADER_SIZE])).frame_len
-                    except CorruptFrameError:
-                        status = 0
-                        break
-                    if flen > self._max_frame:
-                        status = 0
-                        break
-                    if len(buf) - pos < flen:
-                        break
-                    if not gate.stage(bytes(buf[pos : pos + flen])):
-                        status = 0
-                        break
-                    pos += flen
-                elif magic == wire.COMMIT_MAGIC:
-                    if len(buf) - pos < wire.COMMIT.size:
-                        break
-                    _, _, epoch, txid = wire.COMMIT.unpack_from(buf, pos)
-                    if not gate.note(epoch, txid):
-                        status = 0
-                        break
-                    pos += wire.COMMIT.size
-                else:
+                try:
+                    magic, n = self._message_at(pos)
+                except (CorruptFrameError, ResourceExhaustedError):
                     status = 0
                     break
+                if len(buf) - pos < n:
+                    break
+                if magic == _FRAME_MAGIC:
+                    taken = gate.stage(bytes(buf[pos : pos + n]))
+                else:
+                    _, _, epoch, txid = wire.COMMIT.unpack_from(buf, pos)
+                    taken = gate.note(epoch, txid)
+                if not taken:
+                    status = 0
+                    break
+                pos += n
         finally:
             del buf[:pos]
         if gate.staged_txid:
