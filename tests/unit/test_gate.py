@@ -71,8 +71,8 @@ class MemAppender:
         self.durable = len(self.data)
 
 
-def armed(gate_mod: ModuleType, app: Any = None, *, epoch: int = 3, next_txid: int = SEG) -> Any:
-    g = gate_mod.WriteGate(app or MemAppender(), SEG, next_txid, bounds=LATENCY_BUCKETS)
+def armed(gate_mod: ModuleType, app: Any = None, *, epoch: int = 3) -> Any:
+    g = gate_mod.WriteGate(app or MemAppender(), SEG, bounds=LATENCY_BUCKETS)
     g.epoch = epoch
     return g
 
@@ -193,10 +193,11 @@ def test_the_counters_are_what_was_made_durable_and_are_taken_once(twins: tuple[
     assert g.take_stats()[:5] == (0, 0, 0, 0, [0] * (len(LATENCY_BUCKETS) + 1))
 
 
-def test_a_gate_refuses_a_segment_it_cannot_hold(twins: tuple[ModuleType, ModuleType]) -> None:
-    for start, next_txid in ((0, 1), (5, 4)):
-        with pytest.raises(ValueError, match="cannot expect"):
-            twins[0].WriteGate(MemAppender(), start, next_txid)
+def test_a_gate_refuses_a_segment_no_log_can_hold(twins: tuple[ModuleType, ModuleType]) -> None:
+    with pytest.raises(ValueError, match="txid 1 or later, not 0"):
+        twins[0].WriteGate(MemAppender(), 0)
+    with pytest.raises(ValueError, match="at most 32 bounds"):
+        twins[0].WriteGate(MemAppender(), 1, bounds=[i / 100 for i in range(40)])
 
 
 def test_frames_staged_in_place_make_the_same_file(twins: tuple[ModuleType, ModuleType], tmp_path: Any) -> None:
@@ -205,7 +206,7 @@ def test_frames_staged_in_place_make_the_same_file(twins: tuple[ModuleType, Modu
     for n, use_stager in enumerate((True, False)):
         st = DiskStorage(str(tmp_path / f"d{n}"), "j")
         app = st.create_segment(SEG, framing.encode_segment_header(SEG, 3))
-        g = twins[0].WriteGate(app, SEG, SEG, stager=app.stager if use_stager else None)
+        g = twins[0].WriteGate(app, SEG, stager=app.stager if use_stager else None)
         g.epoch = 3
         for f in (frame(11), frame(13, 40, size=300), frame(53)):
             assert g.stage(f)

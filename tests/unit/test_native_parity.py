@@ -264,7 +264,7 @@ def gate_run(gmod: Any, fmod: Any, data: bytes) -> tuple[Any, ...]:
     writer.sendall(data)
     writer.shutdown(socket.SHUT_WR)
     app = _MemAppender()
-    gate = gmod.WriteGate(app, 5, 5, bounds=(0.001, 1.0))
+    gate = gmod.WriteGate(app, 5, bounds=(0.001, 1.0))
     gate.epoch = 2
     rx = fmod.Receiver(mine, 4096)
     rx.hello()

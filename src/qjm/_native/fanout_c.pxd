@@ -331,4 +331,4 @@ cdef class Receiver:
     cdef int _send_unsent(self) except -1
     cdef int _fill_tls(self) except -1
     cdef Py_ssize_t _message_at(self, Py_ssize_t pos, uint32_t *magic) except -1
-    cdef int _ack_now(self, uint64_t txid) except -1
+    cdef int _ack(self, uint64_t txid, bint wait) except -1

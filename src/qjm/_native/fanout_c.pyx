@@ -2214,23 +2214,12 @@ cdef class Receiver:
         if durable:
             seconds = gate.write_durable()
             try:
-                self._ack_now(durable)
+                self._ack(durable, False)  # under the journal's lock: never waits
             finally:
                 gate.fold(seconds)
         if status:
             self._shrink()
         return status
-
-    cdef int _ack_now(self, uint64_t txid) except -1:
-        # ack(txid, False): what the socket does not take now goes at flush.
-        cdef qjm_ack msg
-        msg.magic = QJM_ACK_MAGIC
-        msg.reserved = 0
-        msg.txid = txid
-        if txid > self._acked:
-            self._acked = txid
-        self._write(<const char *>&msg, sizeof(qjm_ack), False)
-        return 0
 
     @property
     def acked(self):
@@ -2244,6 +2233,10 @@ cdef class Receiver:
         that does not read): what the socket does not take at once is sent by ``flush``, or before
         anything sent after it, and False says so; more than 64 bytes (four acks) left unsent over
         plaintext is refused (RuntimeError): flush between runs."""
+        return self._ack(txid, wait) == 1
+
+    cdef int _ack(self, uint64_t txid, bint wait) except -1:
+        # ack(): 1 once all of it is sent, 0 when some waits for flush (not wait).
         cdef qjm_ack msg
         cdef const char *b = <const char *>&msg
         cdef Py_ssize_t off = 0
@@ -2255,7 +2248,7 @@ cdef class Receiver:
         if txid > self._acked:
             self._acked = txid
         if self._ssl != NULL or self._nunsent or not wait:
-            return self._write(b, sizeof(qjm_ack), wait) == 0
+            return 1 if self._write(b, sizeof(qjm_ack), wait) == 0 else 0
         with nogil:
             while off < <Py_ssize_t>sizeof(qjm_ack):
                 r = send(fd, b + off, sizeof(qjm_ack) - <size_t>off, MSG_NOSIGNAL)
@@ -2266,7 +2259,7 @@ cdef class Receiver:
                 off += r
         if r < 0:
             raise OSError(errno, os.strerror(errno))
-        return True
+        return 1
 
 
 def wire_layout():

@@ -11,7 +11,7 @@ class WriteGate:
 
     ``stager``, a native ``segment_io.Appender`` behind ``appender``, takes the frames in place;
     without one they go through ``appender.append``. This twin times syncs with CLOCK_MONOTONIC and
-    ignores ``clock``.
+    ignores ``clock``; it counts them per bound as ``qjm.histogram.Histogram.observe`` does.
     """
 
     epoch: int
@@ -24,8 +24,6 @@ class WriteGate:
         self,
         appender: Any,
         start: int,
-        next_txid: int,
-        last_epoch: int = 0,
         *,
         stager: Any = None,
         bounds: Sequence[float] = (),

@@ -34,26 +34,25 @@ cdef class WriteGate:
 
     ``stager``, a native ``segment_io.Appender`` behind ``appender``, takes the frames in place;
     without one they go through ``appender.append``. This twin times syncs with CLOCK_MONOTONIC and
-    ignores ``clock``.
+    ignores ``clock``; it counts them per bound as ``qjm.histogram.Histogram.observe`` does.
     """
 
     def __cinit__(self):
         self._staged = NULL
         self._index = NULL
 
-    def __init__(self, appender, start, next_txid, last_epoch=0, *, stager=None, bounds=(),
-                 clock=time.monotonic):
+    def __init__(self, appender, start, *, stager=None, bounds=(), clock=time.monotonic):
         cdef int i
-        if start < 1 or next_txid < start:
-            raise ValueError(f"a gate of segment {start} cannot expect txid {next_txid}")
+        if start < 1:
+            raise ValueError(f"a segment starts at txid 1 or later, not {start}")
         bounds = tuple(bounds)
         if len(bounds) > MAX_GATE_BOUNDS:
             raise ValueError(f"a gate takes at most {MAX_GATE_BOUNDS} bounds, not {len(bounds)}")
         self._appender = appender
         self._stager = stager if isinstance(stager, Appender) else None
         self._start = start
-        self._next = next_txid
-        self._last_epoch = last_epoch
+        self._next = start
+        self._last_epoch = 0
         self.epoch = 0
         self.committed = 0
         self.hook = None

@@ -13,7 +13,6 @@ bytes in place, no Python object per frame, and nothing after the ack but counte
 
 from __future__ import annotations
 
-import bisect
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -21,39 +20,42 @@ from typing import Any
 
 from qjm._native.framing_py import verify_frame_ids
 from qjm.errors import QJMError
+from qjm.histogram import Histogram
 
 Buffer = bytes | bytearray | memoryview
 
 # (batches, txns, bytes, lagging batches, sync-time counts per bound (+Inf last), their sum, wall clock of the last)
 GateStats = tuple[int, int, int, int, list[int], float, float]
 
+MAX_BOUNDS = 32  # the native twin's fixed array of bounds (qjm.histogram's default has 16)
+
 
 class WriteGate:
     """The write side of one open segment; see the module's docstring.
 
-    ``appender`` is the segment's (``qjm.server.storage.SegmentAppender``: ``size``, ``append``,
-    ``sync``); ``stager`` a ``segment_io.Appender`` the native twin may copy frames into in place
-    (the same file's, or None: this twin ignores it). ``bounds`` are the sync-time histogram's
-    upper bounds in seconds; ``clock`` times the syncs.
+    ``appender`` is the segment's, just created (``qjm.server.storage.SegmentAppender``: ``size``,
+    ``append``, ``sync``), and ``start`` its first txid; ``stager`` a ``segment_io.Appender`` the
+    native twin may copy frames into in place (the same file's, or None: this twin ignores it).
+    ``bounds`` are the sync-time histogram's upper bounds in seconds; ``clock`` times the syncs.
     """
 
     def __init__(
         self,
         appender: Any,
         start: int,
-        next_txid: int,
-        last_epoch: int = 0,
         *,
         stager: Any = None,
         bounds: Sequence[float] = (),
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if start < 1 or next_txid < start:
-            raise ValueError(f"a gate of segment {start} cannot expect txid {next_txid}")
+        if start < 1:
+            raise ValueError(f"a segment starts at txid 1 or later, not {start}")
+        if len(bounds) > MAX_BOUNDS:
+            raise ValueError(f"a gate takes at most {MAX_BOUNDS} bounds, not {len(bounds)}")
         self._appender = appender
         self._start = start
-        self._next = next_txid
-        self._last_epoch = last_epoch
+        self._next = start
+        self._last_epoch = 0
         self._bounds = tuple(bounds)
         self._clock = clock
         # Frames must carry ``epoch`` to pass (0: none passes); set by the journal under its lock.
@@ -72,7 +74,7 @@ class WriteGate:
         self._stats = self._zero_stats()
 
     def _zero_stats(self) -> list[Any]:
-        return [0, 0, 0, 0, [0] * (len(self._bounds) + 1), 0.0, 0.0]
+        return [0, 0, 0, 0, Histogram(self._bounds), 0.0]
 
     @property
     def start(self) -> int:
@@ -104,6 +106,8 @@ class WriteGate:
         except QJMError:
             return False
         if self.epoch == 0 or epoch != self.epoch or segment != self._start or first != self._expected():
+            return False
+        if last >= 1 << 64:  # as the native twin, whose txids are 64-bit: the journal says why
             return False
         self.stage_checked(frame, epoch, first, last)
         return True
@@ -155,9 +159,8 @@ class WriteGate:
             s[1] += tail[1] - head[0] + 1
             s[2] += tail[2] + tail[3] - head[2]
             s[3] += lagging
-            s[4][bisect.bisect_left(self._bounds, seconds)] += 1
-            s[5] += seconds
-            s[6] = time.time()
+            s[4].observe(seconds)
+            s[5] = time.time()
 
     def take_index(self) -> list[tuple[int, int, int, int]]:
         """The durable frames since the last call, (first, last, offset, length) each, in order."""
@@ -168,4 +171,4 @@ class WriteGate:
         """The counters since the last call (``GateStats``), and zero them."""
         with self._lock:
             s, self._stats = self._stats, self._zero_stats()
-        return (s[0], s[1], s[2], s[3], s[4], s[5], s[6])
+        return (s[0], s[1], s[2], s[3], s[4].counts, s[4].total, s[5])

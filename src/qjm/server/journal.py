@@ -155,13 +155,17 @@ class _OpenSegment:
     """The open in-progress segment: its appender and its write gate (``qjm._native.gate``), which
     holds the next txid and the last epoch and keeps each durable run's index until taken here."""
 
-    __slots__ = ("_index", "appender", "gate", "start")
+    __slots__ = ("_index", "appender", "gate")
 
-    def __init__(self, start: int, appender: SegmentAppender, gate: gate_mod.WriteGate) -> None:
-        self.start = start
+    def __init__(self, appender: SegmentAppender, gate: gate_mod.WriteGate) -> None:
         self.appender = appender
         self.gate = gate
         self._index: list[tuple[int, int, int, int]] = []
+
+    @property
+    def start(self) -> int:
+        """The segment's first txid."""
+        return self.gate.start
 
     @property
     def next_txid(self) -> int:
@@ -498,7 +502,7 @@ class Journal:
                 self._writer_epoch = req.epoch
             self.storage.delete_paxos(txid)
             appender = self.storage.create_segment(txid, framing.encode_segment_header(txid, req.epoch))
-            self._open = _OpenSegment(txid, appender, self._new_gate(appender, txid))
+            self._open = _OpenSegment(appender, self._new_gate(appender, txid))
             if self._rejoined:
                 # A writer starts a segment only once a quorum finalized every one before it
                 # (invariant 6): from here on this node's answers in a recovery are evidence.
@@ -548,7 +552,7 @@ class Journal:
 
     def _new_gate(self, appender: SegmentAppender, txid: int) -> gate_mod.WriteGate:
         gate = gate_mod.WriteGate(
-            appender, txid, txid, stager=appender.stager, bounds=self.stats.sync_seconds.bounds, clock=self._clock
+            appender, txid, stager=appender.stager, bounds=self.stats.sync_seconds.bounds, clock=self._clock
         )
         if type(self.hooks).before_append is not JournalHooks.before_append:
             gate.hook = functools.partial(self.hooks.before_append, self.journal_id)
