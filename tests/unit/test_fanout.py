@@ -759,6 +759,36 @@ def test_sync_batch_with_an_unknown_link_sends_nothing(loop: Loop) -> None:
     _hang_up_all(f, links, mine, nodes)
 
 
+def test_sync_batch_without_room_on_a_link_sends_nothing(fo: ModuleType) -> None:
+    # room: the writer's queue limit. A link whose unacknowledged bytes a batch would take past it,
+    # or whose window's frames are all in flight, makes the call send nothing and return -1.
+    f = fo.Fanout()
+    pairs = [pair() for _ in range(3)]
+    links = [f.add_link(m, report_acks=False, max_count=2 if i == 2 else 64) for i, (m, _) in enumerate(pairs)]
+    mine, nodes = [m for m, _ in pairs], [n for _, n in pairs]
+    fr = frame(1)
+    answers = [_answer(n, len(fr), 1 if i < 2 else None) for i, n in enumerate(nodes)]  # node 2 never acks
+    assert f.sync_batch(links, fr, 1, 2, None, WAIT, len(fr)) == 2
+    for t in answers:
+        t.join(WAIT)
+    assert f.inflight(links[2]) == (1, len(fr))
+    assert f.sync_batch(links, frame(2), 2, 2, None, WAIT, 2 * len(fr) - 1) == -1  # 2 * len(fr) bytes > room
+    for n in nodes:
+        assert _nothing_more(n)
+    assert f.inflight(links[0]) == (0, 0)
+    answers = [_answer(n, len(fr), 2 if i < 2 else None) for i, n in enumerate(nodes)]
+    assert f.sync_batch(links, frame(2), 2, 2, None, WAIT, 2 * len(fr)) == 2  # room for it: sent
+    for t in answers:
+        t.join(WAIT)
+    assert f.inflight(links[2]) == (2, 2 * len(fr))
+    # Node 2's window holds two frames, both in flight: no room, however many bytes are allowed.
+    assert f.sync_batch(links, frame(3), 3, 2, None, WAIT, 1 << 40) == -1
+    for n in nodes:
+        assert _nothing_more(n)
+    _hang_up_all(f, links, mine, nodes)
+    f.close()
+
+
 def test_run_twice_and_closed_engine(fo: ModuleType) -> None:
     f = fo.Fanout()
     started = threading.Event()

@@ -98,7 +98,14 @@ class Fanout:
         """Bump ``news()`` and wake every ``wait_news`` (Python calls it when its own state changed)."""
 
     def sync_batch(
-        self, links: Sequence[int], frame: bytes, last_txid: int, need: int, notice: bytes | None, timeout: float
+        self,
+        links: Sequence[int],
+        frame: bytes,
+        last_txid: int,
+        need: int,
+        notice: bytes | None,
+        timeout: float,
+        room: int = 0,
     ) -> int:
         """Send ``frame`` on each of ``links`` (as ``send`` does, awaiting ``last_txid``), wait without
         the GIL until ``need`` of them have acknowledged ``last_txid``, then queue ``notice`` (if not
@@ -106,7 +113,9 @@ class Fanout:
         links' acks itself: no ``run`` loop is needed for the quorum. A link it leaves parked keeps
         the notice for its next send (the node reads it just ahead of that send's bytes), or until
         ``run`` releases the link idle (``park_seconds``), when this call came within
-        ``keep_notice_seconds`` of the one before on the link."""
+        ``keep_notice_seconds`` of the one before on the link. ``room`` > 0: a link with
+        unacknowledged bytes that ``frame`` would take past ``room``, or with its window's frames
+        all in flight, makes it return -1 having sent nothing."""
 
     def run(self, callback: Callable[[int, int, str, object], None]) -> None:
         """Serve every link until ``stop``; ``callback(link, acked, code, detail)`` reports news.

@@ -1230,12 +1230,17 @@ cdef class Fanout:
             self._bump_news()
 
     def sync_batch(self, links, bytes frame not None, unsigned long long last_txid, int need, bytes notice,
-                   double timeout):
+                   double timeout, Py_ssize_t room=0):
         """Send ``frame`` on each of ``links`` (as ``send`` does, awaiting ``last_txid``), wait without
         the GIL until ``need`` of them have acknowledged ``last_txid``, then queue ``notice`` (if not
         None) on each of them. Returns how many had acknowledged it. A link left parked keeps the
         notice for its next send (the node reads it just ahead of that send's bytes), or until the
         loop releases the link idle.
+
+        ``room`` > 0: a link with unacknowledged bytes that ``frame`` would take past ``room``, or
+        with its window's frames all in flight, makes it return -1 having sent nothing (its caller
+        waits for room the usual way): the writer's queue limit checked here rather than by a call
+        per link before this one.
 
         The wait also ends, with fewer than ``need``, when one of the links is no longer open, when
         ``notify`` runs (the caller's own state changed) or after ``timeout`` seconds; the caller
@@ -1280,6 +1285,7 @@ cdef class Fanout:
         cdef long long keep_ns = self._keep_ns
         cdef const char *nbytes
         cdef Py_ssize_t nlen
+        cdef bint full
         if timeout != timeout:
             raise ValueError("timeout is NaN")
         if timeout > 1e6:
@@ -1303,6 +1309,13 @@ cdef class Fanout:
                 l = self._get(links[i], &s)
                 slots[i] = s
                 gens[i] = l.gen
+                if room > 0:
+                    pthread_mutex_lock(&l.mu)  # with the GIL, as inflight()
+                    full = l.inflight_bytes > 0 and (
+                        l.inflight_bytes + PyBytes_GET_SIZE(frame) > room or l.fllen - l.flhead >= l.max_count)
+                    pthread_mutex_unlock(&l.mu)
+                    if full:
+                        return -1
             for i in range(n):
                 try:
                     self._send(links[i], frame, last_txid, None, False)

@@ -544,11 +544,21 @@ class Fanout:
                         pass  # a wake-up is already pending
 
     def sync_batch(
-        self, links: Sequence[int], frame: bytes, last_txid: int, need: int, notice: bytes | None, timeout: float
+        self,
+        links: Sequence[int],
+        frame: bytes,
+        last_txid: int,
+        need: int,
+        notice: bytes | None,
+        timeout: float,
+        room: int = 0,
     ) -> int:
         """Send ``frame`` on each of ``links`` (as ``send`` does, awaiting ``last_txid``), wait until
         ``need`` of them have acknowledged ``last_txid``, then queue ``notice`` (if not None) on each
         of them. Returns how many had acknowledged it.
+
+        ``room`` > 0: a link with unacknowledged bytes that ``frame`` would take past ``room``, or
+        with its window's frames all in flight, makes it return -1 having sent nothing.
 
         The wait also ends, with fewer than ``need``, when one of the links is no longer open, when
         ``notify`` runs (the caller's own state changed) or after ``timeout`` seconds; the caller
@@ -561,6 +571,13 @@ class Fanout:
         if type(frame) is not bytes:
             raise TypeError("frame must be bytes")
         lks = [self._get(link) for link in links]
+        if room > 0:
+            for lk in lks:
+                with lk.lock:
+                    if lk.inflight_bytes > 0 and (
+                        lk.inflight_bytes + len(frame) > room or len(lk.inflight) >= lk.max_count
+                    ):
+                        return -1
         for link in links:
             try:
                 self.send(link, frame, last_txid)

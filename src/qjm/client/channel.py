@@ -560,12 +560,12 @@ class RemoteLogger(NodeStateView[Ticket]):
                 return Delivery(link)
         return Delivery(error=self._refused(route))
 
-    def claim_quiet_send(self, last_txid: int, nbytes: int) -> tuple[int, DataLink] | None:
-        """For ``RemoteLoggerSet.sync_batch``: this node's link and its engine id when a batch through
-        ``last_txid`` of ``nbytes`` can go out with nothing to decide or wait for here (quiet native
-        acks, no hook before a batch, in sync, no segment starting, no commit notice to send ahead
-        of it, room on the link); the batch is then counted as sent on it. None: ``pace`` and
-        ``deliver_batch`` send it, which decide."""
+    def quiet_link(self) -> tuple[int, DataLink] | None:
+        """For ``RemoteLoggerSet.sync_batch``: this node's link and its engine id when batches can go
+        out on it with nothing to decide or wait for here (quiet native acks, no hook before a batch,
+        in sync, no segment starting, no commit notice to send ahead of one), until this node's
+        state next changes (``watch``); the engine checks each batch's room. None: ``pace`` and
+        ``deliver_batch`` send batches, which decide."""
         if not self.native_acks or type(self.hooks).before is not CallHooks.before:
             return None
         with self._lock:
@@ -573,13 +573,16 @@ class RemoteLogger(NodeStateView[Ticket]):
             link = self._link
             if link is None or st.starting or st.out_of_sync or st.committed > st.committed_sent:
                 return None
-            link_id = link.claim_engine_send(last_txid, nbytes, self.config.queued_edits_limit_bytes)
+            link_id = link.engine_id()
             return None if link_id is None else (link_id, link)
 
-    def notice_sent(self, txid: int) -> None:
-        """The commit notice of ``txid`` went out on this node's link with its batch's quorum."""
+    def commit_noticed(self, txid: int) -> None:
+        """``txid`` is committed and its notice went out on this node's link (with a batch's quorum)."""
         with self._lock:
-            self._state.notice_sent(txid)
+            st = self._state
+            if txid > st.committed:
+                st.set_committed(txid)
+            st.notice_sent(txid)
 
     def unacked_bytes(self) -> int:
         """Bytes sent to this node (or kept for the segment it is starting) not acknowledged yet."""

@@ -52,11 +52,10 @@ class DataLink(Protocol):
         """Send a COMMIT notice on its own, between batches (nothing to acknowledge)."""
         ...
 
-    def claim_engine_send(self, last_txid: int, nbytes: int, limit: int) -> int | None:
-        """For a batch through ``last_txid`` of ``nbytes`` that the caller sends itself through the
-        shared engine (``Fanout.sync_batch``): this link's engine id, the batch counted as sent on
-        it; None when the link cannot take a batch that way now (not a quiet engine link, ended, or
-        no room under ``limit`` bytes in flight: ``wait_for_room`` is for that)."""
+    def engine_id(self) -> int | None:
+        """This link's id in the shared engine, for batches its caller sends through the engine
+        itself (``Fanout.sync_batch``); None when the link cannot take batches that way (not a
+        quiet engine link, or ended)."""
         ...
 
     def acked_txid(self) -> int:

@@ -158,7 +158,6 @@ class FanoutLink:
         self.failed: BaseException | None = None  # set with the PendingBatches' failure
         self.closed = False
         self._max_count = max_count
-        self._last_sent = 0  # quiet links: the newest batch handed to the engine
         self._final_acked = 0  # what the node had acked when the link left the engine
         self._engine = engine or shared_engine()
         try:
@@ -184,7 +183,6 @@ class FanoutLink:
         with self._lock:
             if self.failed is not None:
                 return
-            self._last_sent = last_txid
             notice = None if commit is None else wire.encode_commit(*commit)
             self._engine.fanout.send(self._id, frame, last_txid, notice)
 
@@ -193,14 +191,10 @@ class FanoutLink:
             if self.failed is None and not self.closed:
                 self._engine.fanout.send(self._id, notice)
 
-    def claim_engine_send(self, last_txid: int, nbytes: int, limit: int) -> int | None:
+    def engine_id(self) -> int | None:
         with self._lock:
             if self.failed is not None or self.closed or self._id < 0 or self._batches:
                 return None  # ended, or a loud link whose batches each have a future
-            frames, queued = self._engine.fanout.inflight(self._id)
-            if queued and (queued + nbytes > limit or frames >= self._max_count):
-                return None  # no room: the usual way waits for it (wait_for_room)
-            self._last_sent = last_txid
             return self._id
 
     def fold_latencies(self) -> None:
@@ -252,15 +246,17 @@ class FanoutLink:
             fanout.wait_news(seen, since + stall - now)
 
     def wait_idle(self, timeout: float) -> None:
-        if self._batches or not self._last_sent:
+        if self._batches:
             self._batches.wait_idle(timeout)
             return
+        # A quiet link: batches went out through the engine, from here or from Fanout.sync_batch.
         fanout = self._engine.fanout
         deadline = time.monotonic() + timeout
         while True:
             seen = fanout.news()
-            if self.failed is not None or self.acked_txid() >= self._last_sent:
-                return
+            with self._lock:
+                if self.failed is not None or self._id < 0 or fanout.inflight(self._id)[0] == 0:
+                    return
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return

@@ -27,6 +27,7 @@ node is out of sync for that segment at once and its batches fail with the reaso
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -88,6 +89,14 @@ class NodeState(Generic[P]):
         self.starting = False
         """A start is queued or running: batches wait for it (read once per batch: a plain attribute)."""
         self.backlog_bytes = 0
+        self.on_change: Callable[[], None] | None = None
+        """Called after every change that can keep a batch from going straight out on the link (the
+        epoch, the committed txid, sync, starts): a logger set's standing claim on its nodes' links
+        (``qjm.client.remote``) ends on it."""
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
 
     def snapshot(self) -> tuple[object, ...]:
         """Everything that decides this state's next answers (the simulator's exhaustive search
@@ -107,11 +116,13 @@ class NodeState(Generic[P]):
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
+        self._changed()
 
     def set_committed(self, txid: int) -> None:
         if txid < self.committed:
             raise errors.InvariantViolation(f"committed txid moving backward: {txid} < {self.committed}")
         self.committed = txid
+        self._changed()
 
     def request(self) -> RequestInfo:
         """The stamp of one attempt of a control call: a serial no attempt had before."""
@@ -144,6 +155,7 @@ class NodeState(Generic[P]):
             self.fenced = e
         elif isinstance(e, NodeUnavailableError) and self.unreachable is None:
             self.unreachable = e
+        self._changed()
 
     def not_in_sync(self, detail: str = "") -> QJMError:
         """The error for a batch or finalize this node cannot take. A node out of sync because it
@@ -169,6 +181,7 @@ class NodeState(Generic[P]):
         """From now on batches belong to segment ``txid``."""
         self._starting[txid] = []
         self.starting = True
+        self._changed()
 
     def start_succeeded(self, txid: int) -> list[Held[P]] | None:
         """The node started ``txid``: it is back in sync (reference §3.2); the backlog to send now.
@@ -200,6 +213,7 @@ class NodeState(Generic[P]):
         backlog = self._starting.pop(txid, [])
         self.starting = bool(self._starting)
         self.backlog_bytes -= sum(len(h.frame) for h in backlog)
+        self._changed()
         return backlog
 
     # -- batches -----------------------------------------------------------------------------
@@ -281,6 +295,10 @@ class NodeStateView(Generic[P]):
 
     def set_epoch(self, epoch: int) -> None:
         self._state.set_epoch(epoch)
+
+    def watch(self, on_change: Callable[[], None]) -> None:
+        """Call ``on_change`` after every change of this node's state (``NodeState.on_change``)."""
+        self._state.on_change = on_change
 
     def set_committed_txid(self, txid: int) -> None:
         self._state.set_committed(txid)

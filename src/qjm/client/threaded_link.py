@@ -85,7 +85,7 @@ class ThreadedLink:
     def send_notice(self, notice: bytes) -> None:
         self._q.put(notice)
 
-    def claim_engine_send(self, last_txid: int, nbytes: int, limit: int) -> int | None:
+    def engine_id(self) -> int | None:
         return None  # its own thread sends: there is no engine to send through
 
     def acked_txid(self) -> int:

@@ -230,7 +230,7 @@ class SimLink:
     def send_notice(self, notice: bytes) -> None:
         raise TypeError("the simulated writers send commit notices ahead of their batches only")
 
-    def claim_engine_send(self, last_txid: int, nbytes: int, limit: int) -> int | None:
+    def engine_id(self) -> int | None:
         return None  # batches go through the simulator's scheduler, never a real engine
 
     def acked_txid(self) -> int:
