@@ -6,9 +6,10 @@ Starts three real JournalNodes (a ``MiniJournalCluster`` on the disk of DIR, def
 temporary directory) and a writer in this process, then times COMMITS sync commits of 1 KiB
 (``append`` + ``sync``, default 4000, the first tenth uncounted), each cut in five by timestamps
 taken at its layers' edges: the writer's own Python before the logger set's ``sync_batch``
-(``append`` included), the logger set's Python before the engine's ``Fanout.sync_batch`` (the
-nodes' claims), the native call (send, the nodes' work, the quorum's acks), the logger set's
-Python after it and the writer's after that. Prints the medians in µs. The wrappers that take the
+(``append`` included), the logger set's Python before the engine's ``Fanout.sync_batch`` (its
+claim on the nodes' links checked, or taken again when a node's state changed), the native call
+(send, the nodes' work, the quorum's acks), the logger set's Python after it and the writer's
+after that. Prints the medians in µs. The wrappers that take the
 timestamps add about a microsecond to the Python they frame. A measuring tool, not a test.
 """
 
