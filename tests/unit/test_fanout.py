@@ -29,6 +29,7 @@ from qjm.client.quorum import majority
 from qjm.errors import CorruptFrameError, FencedError, NodeTooFarBehindError, NodeUnavailableError, OutOfSyncError
 from qjm.histogram import LATENCY_BUCKETS
 from qjm.protocol import wire
+from qjm.testing.util import recv_exactly
 
 NO_EXTENSIONS = os.environ.get("QJM_NO_EXTENSIONS", "") in ("1", "true", "yes")
 BACKENDS = ["py"] if NO_EXTENSIONS else ["py", "native"]
@@ -46,15 +47,6 @@ def frame(first: int, n: int = 1, size: int = 10) -> bytes:
     return framing.encode_frame(
         [bytes([t % 256]) * size for t in range(first, first + n)], epoch=1, segment_txid=1, first_txid=first
     )
-
-
-def recv_exactly(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        assert chunk, f"peer closed after {len(buf)} of {n} bytes"
-        buf += chunk
-    return bytes(buf)
 
 
 @dataclass

@@ -25,6 +25,7 @@ from qjm.client.loggers import WriterLife
 from qjm.client.remote import RemoteLoggerSet
 from qjm.config import QJMConfig
 from qjm.protocol import wire
+from qjm.testing.util import recv_exactly
 
 NO_EXTENSIONS = os.environ.get("QJM_NO_EXTENSIONS", "") in ("1", "true", "yes")
 BACKENDS = ["py"] if NO_EXTENSIONS else ["py", "native"]
@@ -86,15 +87,6 @@ class _Node:
 
 def frame(txid: int) -> bytes:
     return framing.encode_frame([b"x" * 100], epoch=1, segment_txid=1, first_txid=txid)
-
-
-def recv_exactly(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        assert chunk, f"peer closed after {len(buf)} of {n} bytes"
-        buf += chunk
-    return bytes(buf)
 
 
 def answer(

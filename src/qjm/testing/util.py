@@ -48,6 +48,16 @@ def eventually(condition: Callable[[], bool], timeout: float = SETTLE_TIMEOUT, w
         pause.wait(0.002)
 
 
+def recv_exactly(sock: socket.socket, n: int) -> bytes:
+    """Read exactly ``n`` bytes from ``sock``; the peer closing first fails the test."""
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        assert chunk, f"peer closed after {len(buf)} of {n} bytes"
+        buf += chunk
+    return bytes(buf)
+
+
 def closed_by_peer(s: socket.socket, within: float) -> bool:
     """True once the peer closes ``s`` (EOF or reset) within ``within`` seconds; whatever it sends
     before (an alert, a reply) is read and skipped. False if it still holds ``s`` open then."""
