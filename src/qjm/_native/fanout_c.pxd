@@ -263,6 +263,8 @@ cdef class Fanout:
     cdef int _ep
     cdef int _wake
     cdef int _sfds[MAX_SYNCERS]     # eventfds of the sync_batch calls polling their links, or -1 (_nmu)
+    cdef int _efree[MAX_SYNCERS]    # eventfds no sync_batch is using, kept for the next one (_nmu)
+    cdef int _nefree
     cdef bint _stop
     cdef bint _running
     cdef dict _socks                # slot -> socket object, keeps each fd alive while registered
@@ -286,6 +288,7 @@ cdef class Fanout:
     cdef link_t *_get(self, object link, int *slot) except NULL
     cdef object _send(self, object link, bytes frame, unsigned long long last_txid, bytes prefix, bint release)
     cdef void _held_delta(self, int d, bint wake_loop) noexcept nogil
+    cdef void _close_spare_eventfds(self) noexcept nogil
     cdef void _release_idle(self, long long now) noexcept nogil
     cdef int _report(self, int s, object callback) except -1
 

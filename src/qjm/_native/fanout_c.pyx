@@ -522,6 +522,7 @@ cdef void _read_tls(int ep, link_t *l, unsigned long long token) noexcept nogil:
 
 cdef void _read(int ep, link_t *l, unsigned long long token) noexcept nogil:
     cdef ssize_t r
+    cdef Py_ssize_t room
     if l.ssl != NULL:
         _read_tls(ep, l, token)
         return
@@ -529,10 +530,16 @@ cdef void _read(int ep, link_t *l, unsigned long long token) noexcept nogil:
         if l.rlen == RBUF:
             _fail(ep, l, F_REPLY, 0, l.rbuf, 4)
             return
-        r = recv(l.fd, l.rbuf + l.rlen, <size_t>(RBUF - l.rlen), MSG_DONTWAIT)
+        room = RBUF - l.rlen
+        r = recv(l.fd, l.rbuf + l.rlen, <size_t>room, MSG_DONTWAIT)
         if r > 0:
             l.rlen += r
             _parse(ep, l)
+            if r < room:
+                # Nothing more for now: readiness is level-triggered (poll, and epoll without
+                # EPOLLET), so what arrives next wakes its reader again; a recv to see EAGAIN would
+                # cost a system call per link and commit.
+                return
         elif r == 0:
             _fail(ep, l, F_EOF, 0, NULL, 0)
         elif errno == EINTR:
@@ -811,6 +818,8 @@ cdef class Fanout:
         self._wake = -1
         for i in range(MAX_SYNCERS):
             self._sfds[i] = -1
+            self._efree[i] = -1
+        self._nefree = 0
         self._links = <link_t *>calloc(MAX_LINKS, sizeof(link_t))
         if self._links == NULL:
             raise MemoryError()
@@ -883,6 +892,7 @@ cdef class Fanout:
             c_close(self._ep)
         if self._wake >= 0:
             c_close(self._wake)
+        self._close_spare_eventfds()
         if self._ninit:
             pthread_cond_destroy(&self._ncv)
             pthread_mutex_destroy(&self._nmu)
@@ -1327,7 +1337,15 @@ cdef class Fanout:
                 pfds[i].events = POLLIN
             # Its own eventfd, so that no other sync_batch drains a wake-up meant for this one; if
             # none can be had (or MAX_SYNCERS are polling), it looks again every SLICE instead.
-            efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)
+            # One a call before this one left is taken first: two system calls less a commit. It
+            # may hold a wake-up written before that call left _sfds, which costs one more look.
+            pthread_mutex_lock(&self._nmu)
+            if self._nefree > 0:
+                self._nefree -= 1
+                efd = self._efree[self._nefree]
+            pthread_mutex_unlock(&self._nmu)
+            if efd < 0:
+                efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)
             pfds[n].fd = efd
             pfds[n].events = POLLIN
             with nogil:
@@ -1419,6 +1437,10 @@ cdef class Fanout:
                 if slot >= 0:
                     self._sfds[slot] = -1
                     self._syncers -= 1
+                if efd >= 0 and self._nefree < MAX_SYNCERS and self._ep >= 0:
+                    self._efree[self._nefree] = efd     # out of _sfds: nothing writes it now
+                    self._nefree += 1
+                    efd = -1
                 pthread_mutex_unlock(&self._nmu)
                 if efd >= 0:
                     c_close(efd)
@@ -1641,6 +1663,17 @@ cdef class Fanout:
         c_close(self._ep)
         c_close(self._wake)
         self._ep = self._wake = -1
+        self._close_spare_eventfds()
+
+    cdef void _close_spare_eventfds(self) noexcept nogil:
+        cdef int i
+        if not self._ninit:
+            return
+        pthread_mutex_lock(&self._nmu)
+        for i in range(self._nefree):
+            c_close(self._efree[i])
+        self._nefree = 0
+        pthread_mutex_unlock(&self._nmu)
 
     @property
     def closed(self):

@@ -272,8 +272,9 @@ class _Link:
             if self.tls is None and len(self.rbuf) >= _RBUF:
                 self.fail("reply", bytes(self.rbuf[:4]))
                 return
+            room = _RBUF - len(self.rbuf)
             try:
-                chunk = self.sock.recv(_RBUF - len(self.rbuf))
+                chunk = self.sock.recv(room)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as e:
@@ -287,6 +288,8 @@ class _Link:
                 continue
             self.rbuf += chunk
             self.parse()
+            if len(chunk) < room:
+                return  # nothing more for now: its readers' waits are level-triggered, as the native engine's
 
 
 def _drain(sock: socket.socket) -> None:
