@@ -651,6 +651,7 @@ class Journal:
                 return 0
             gate = seg.gate
             self._arm(gate)
+            aborted = False
             try:
                 status = receive(gate)
             except BaseException:
@@ -659,29 +660,32 @@ class Journal:
                     # appended after: drop the open segment, as a failed sync does below.
                     log.exception("journal %s: writing segment %d failed; closing it", self.journal_id, seg.start)
                     self._abort_open()
-                else:  # a failed ack: what was synced before it is durable
-                    self._highest_written = max(self._highest_written, gate.next_txid - 1)
+                    aborted = True
                 raise
-            self._highest_written = max(self._highest_written, gate.next_txid - 1)
+            finally:
+                if not aborted:  # what the gate synced is durable, its ack sent or not
+                    self._highest_written = max(self._highest_written, gate.next_txid - 1)
             if gate.noticed > self._committed:
                 self._note_committed(gate.noticed)
             return status
 
     def _sync(self, seg: _OpenSegment, ack: Callable[[int], None] | None) -> int:
         """Make what ``seg``'s gate staged durable and ``ack`` it; returns the durable txid."""
+        aborted = False
         try:
-            durable = seg.gate.sync(ack)
+            return seg.gate.sync(ack)
         except Exception:
-            if not seg.gate.staged_txid:  # the ack failed: the frames are durable and indexed
-                self._highest_written = max(self._highest_written, seg.next_txid - 1)
-                raise
-            # Nothing after the last durable point may be acknowledged: drop the open segment so the
-            # writer marks this node out of sync; a torn tail is repaired when the file is next scanned.
-            log.exception("journal %s: sync of segment %d failed; closing it", self.journal_id, seg.start)
-            self._abort_open()
+            if seg.gate.staged_txid:
+                # Nothing after the last durable point may be acknowledged: drop the open segment so
+                # the writer marks this node out of sync; a torn tail is repaired when the file is
+                # next scanned.
+                log.exception("journal %s: sync of segment %d failed; closing it", self.journal_id, seg.start)
+                self._abort_open()
+                aborted = True
             raise
-        self._highest_written = max(self._highest_written, durable)
-        return durable
+        finally:
+            if not aborted:  # what the gate synced is durable and indexed, its ack sent or not
+                self._highest_written = max(self._highest_written, seg.next_txid - 1)
 
     def record_stats(self) -> JournalStats:
         """Count the open segment's durable runs in ``stats`` and return them: readers call it
