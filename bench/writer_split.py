@@ -4,13 +4,11 @@
 
 Starts three real JournalNodes (a ``MiniJournalCluster`` on the disk of DIR, default the system's
 temporary directory) and a writer in this process, then times COMMITS sync commits of 1 KiB
-(``append`` + ``sync``, default 4000, the first tenth uncounted), each cut in five by timestamps
-taken at its layers' edges: the writer's own Python before the logger set's ``sync_batch``
-(``append`` included), the logger set's Python before the engine's ``Fanout.sync_batch`` (its
-claim on the nodes' links checked, or taken again when a node's state changed), the native call
-(send, the nodes' work, the quorum's acks), the logger set's Python after it and the writer's
-after that. Prints the medians in µs. The wrappers that take the
-timestamps add about a microsecond to the Python they frame. A measuring tool, not a test.
+(``append`` + ``sync``, default 4000, the first tenth uncounted), each cut in three by timestamps
+taken at the edges of the lane's ``commit`` (``qjm._native.fanout.Lane``: the notice, the send,
+the nodes' work, the quorum's acks): the writer's Python before it (``append`` included), the
+native call, and the writer's Python after it. Prints the medians in µs. The wrapper that takes the
+timestamps adds about a microsecond to the Python it frames. A measuring tool, not a test.
 """
 
 from __future__ import annotations
@@ -23,45 +21,43 @@ import time
 from typing import Any
 
 import qjm
-from qjm.client import fanout_link
 from qjm.testing.minicluster import MiniJournalCluster
 
 
-class _TimedEngine:
-    """The engine's fan-out with its ``sync_batch`` timed; everything else passed through."""
+class _TimedLane:
+    """A lane with its ``commit`` timed; everything else passed through."""
 
-    def __init__(self, fanout: Any, marks: list[tuple[int, int]]) -> None:
-        self._fanout = fanout
+    def __init__(self, lane: Any, marks: list[tuple[int, int]]) -> None:
+        self.lane = lane
         self._marks = marks
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._fanout, name)
+        return getattr(self.lane, name)
 
-    def sync_batch(self, *args: Any) -> Any:
+    def commit(self, *args: Any) -> Any:
         t0 = time.perf_counter_ns()
-        out = self._fanout.sync_batch(*args)
+        out = self.lane.commit(*args)
         self._marks.append((t0, time.perf_counter_ns()))
         return out
 
 
 def main(commits: int = 4000, where: str | None = None) -> None:
     native: list[tuple[int, int]] = []
-    logger_set: list[tuple[int, int]] = []
     outer: list[tuple[int, int]] = []
     with tempfile.TemporaryDirectory(dir=where) as base, MiniJournalCluster(3, base) as c:
         w = qjm.open_writer(c.uri, create=True)
-        engine = fanout_link.shared_engine()
-        engine.fanout = _TimedEngine(engine.fanout, native)
         loggers = w.qjm.loggers
-        inner_sync = loggers.sync_batch
+        inner_lane, inner_call = loggers.sync_lane, loggers.lane_call
 
-        def timed_sync_batch(*args: Any) -> Any:
-            t0 = time.perf_counter_ns()
-            out = inner_sync(*args)
-            logger_set.append((t0, time.perf_counter_ns()))
-            return out
+        def timed_lane() -> Any:
+            lane = inner_lane()
+            return None if lane is None else _TimedLane(lane, native)
 
-        loggers.sync_batch = timed_sync_batch  # type: ignore[method-assign,assignment]
+        def lane_call(lane: Any, last_txid: int) -> Any:
+            return inner_call(lane.lane, last_txid)
+
+        loggers.sync_lane = timed_lane  # type: ignore[method-assign]
+        loggers.lane_call = lane_call  # type: ignore[method-assign]
         rec = os.urandom(1024)
         for _ in range(commits):
             t0 = time.perf_counter_ns()
@@ -70,20 +66,18 @@ def main(commits: int = 4000, where: str | None = None) -> None:
             outer.append((t0, time.perf_counter_ns()))
         w.close()
     n = commits - commits // 10
-    if len(native) < n or len(logger_set) < n:
+    if len(native) < n:
         sys.exit(f"only {len(native)} of {commits} commits took the one native call: nothing to split")
-    o, s, e = outer[-n:], logger_set[-n:], native[-n:]
+    o, e = outer[-n:], native[-n:]
 
     def med(xs: list[int]) -> float:
         return statistics.median(xs) / 1000
 
     print(f"{n} sync commits of 1 KiB, medians (µs):")
     print(f"  whole commit          {med([b - a for a, b in o]):7.1f}")
-    print(f"  writer, before        {med([ls[0] - oo[0] for oo, ls in zip(o, s, strict=True)]):7.1f}")
-    print(f"  logger set, before    {med([ee[0] - ls[0] for ls, ee in zip(s, e, strict=True)]):7.1f}")
-    print(f"  native sync_batch     {med([b - a for a, b in e]):7.1f}")
-    print(f"  logger set, after     {med([ls[1] - ee[1] for ls, ee in zip(s, e, strict=True)]):7.1f}")
-    print(f"  writer, after         {med([oo[1] - ls[1] for oo, ls in zip(o, s, strict=True)]):7.1f}")
+    print(f"  writer, before        {med([ee[0] - oo[0] for oo, ee in zip(o, e, strict=True)]):7.1f}")
+    print(f"  native Lane.commit    {med([b - a for a, b in e]):7.1f}")
+    print(f"  writer, after         {med([oo[1] - ee[1] for oo, ee in zip(o, e, strict=True)]):7.1f}")
 
 
 if __name__ == "__main__":

@@ -788,6 +788,84 @@ def test_sync_batch_without_room_on_a_link_sends_nothing(fo: ModuleType) -> None
     f.close()
 
 
+def _lane_engine(
+    fo: ModuleType, n: int = 3, **link: Any
+) -> tuple[Any, list[int], list[socket.socket], list[socket.socket]]:
+    # No parking: each commit's notice leaves at once, so a node reads it right behind the batch.
+    f = fo.Fanout(park_seconds=0, latency_bounds=LATENCY_BUCKETS)
+    pairs = [pair() for _ in range(n)]
+    links = [f.add_link(m, report_acks=False, **link) for m, _ in pairs]
+    return f, links, [m for m, _ in pairs], [nd for _, nd in pairs]
+
+
+def test_a_lane_commits_encodes_the_notice_and_times_each_commit(fo: ModuleType) -> None:
+    f, links, mine, nodes = _lane_engine(fo)
+    lane = f.lane(links, 2)
+    assert (lane.links, lane.need, lane.revoked, lane.committed, lane.commits) == (tuple(links), 2, False, 0, 0)
+    notice_size = len(wire.encode_commit(0, 0))
+    for txid in (1, 2):
+        fr = frame(txid)
+        answers = [_answer(nd, len(fr), txid) for nd in nodes]
+        assert lane.commit(fr, txid, 7, WAIT) >= 2
+        for t in answers:
+            t.join(WAIT)
+            assert not t.is_alive()
+        for nd in nodes:  # the commit's notice, as the writer's own encoding would have it
+            nd.settimeout(WAIT)
+            assert recv_exactly(nd, notice_size) == wire.encode_commit(7, txid)
+    assert (lane.committed, lane.commits, lane.revoked) == (2, 2, False)
+    counts, seconds = lane.times()
+    assert len(counts) == len(LATENCY_BUCKETS) + 1 and sum(counts) == 2 and 0 < seconds < 2 * WAIT
+    _hang_up_all(f, links, mine, nodes)
+    f.close()
+
+
+def test_a_lane_checks_its_links_and_quorum_when_made_and_a_revoked_one_sends_nothing(fo: ModuleType) -> None:
+    f, links, mine, nodes = _lane_engine(fo)
+    with pytest.raises(ValueError):
+        f.lane([links[0], 999_999], 1)
+    for need in (0, 4):
+        with pytest.raises(ValueError, match="need"):
+            f.lane(links, need)
+    lane = f.lane(links, 2)
+    lane.revoke()
+    assert lane.commit(frame(1), 1, 1, WAIT) == -2
+    assert all(_nothing_more(nd) for nd in nodes)
+    _hang_up_all(f, links, mine, nodes)
+    f.close()
+
+
+def test_a_lane_with_a_link_gone_sends_nothing_and_ends(fo: ModuleType) -> None:
+    f, links, mine, nodes = _lane_engine(fo)
+    lane = f.lane(links, 2)
+    hang_up(f, links[0], mine[0], nodes[0])
+    assert lane.commit(frame(1), 1, 1, WAIT) == -2
+    assert lane.revoked and lane.commits == 0
+    assert all(_nothing_more(nd) for nd in nodes[1:])
+    _hang_up_all(f, links[1:], mine[1:], nodes[1:])
+    f.close()
+
+
+def test_a_lane_short_of_a_quorum_ends_and_one_without_room_sends_nothing(fo: ModuleType) -> None:
+    f, links, mine, nodes = _lane_engine(fo, max_count=1)
+    lane = f.lane(links, 2, room=1 << 20)
+    fr = frame(1)
+    answers = [_answer(nd, len(fr), 1 if i == 0 else None) for i, nd in enumerate(nodes)]
+    assert lane.commit(fr, 1, 1, 0.05) == 1  # one ack of the two needed: the wait ends at the timeout
+    for t in answers:
+        t.join(WAIT)
+    assert lane.revoked and lane.committed == 0 and lane.commits == 0
+    assert sum(lane.times()[0]) == 0
+    assert all(_nothing_more(nd) for nd in nodes)  # no notice for a batch short of its quorum
+    # Nodes 1 and 2 hold frame 1 unacknowledged in windows of one frame: a new lane has no room.
+    lane = f.lane(links, 2, room=1 << 20)
+    assert lane.commit(frame(2), 2, 1, WAIT) == -1
+    assert not lane.revoked
+    assert all(_nothing_more(nd) for nd in nodes)
+    _hang_up_all(f, links, mine, nodes)
+    f.close()
+
+
 def test_run_twice_and_closed_engine(fo: ModuleType) -> None:
     f = fo.Fanout()
     started = threading.Event()

@@ -1,6 +1,7 @@
-"""``RemoteLoggerSet.sync_batch`` on both engines: the nodes' links are claimed once for a run of
-one-call syncs, every node's state change ends the claim, the engine refuses a batch a node has no
-room for, and the nodes' states learn the run's commits before the set does anything else. The
+"""``RemoteLoggerSet.sync_lane`` on both engines: the nodes' links are claimed once for a run of
+one-call syncs, every node's state change and the writer's crash end the lane, the engine refuses a
+batch a node has no room for, and the nodes' states learn the run's commits before the set does
+anything else. The
 nodes are socket pairs answering as a JournalNode's data plane would; the loggers are stand-ins
 that count what the set asks of them. Synchronisation is by joins with a timeout, never by sleeping.
 """
@@ -143,15 +144,30 @@ class Nodes:
         self.nodes = [_Node(f"n{i}", engine, life) for i in range(3)]
         self.set = RemoteLoggerSet(cast(list[RemoteLogger], self.nodes), engine=lambda: engine)
         self.notice = b""  # the last commit's notice, not yet read by the nodes
+        self.lane: Any = None
 
     def sync(self, txid: int, *, silent: frozenset[int] = frozenset(), timeout: float = WAIT) -> Any:
         fr = frame(txid)
         threads = answer(self.nodes, len(self.notice) + len(fr), txid, silent=silent)
-        notice = wire.encode_commit(1, txid)
-        out = self.set.sync_batch(fr, txid, txid, notice, timeout)
+        out = self.commit(fr, txid, timeout)
         joined(threads)
-        self.notice = notice if out is not None and out[1] is None else b""
+        self.notice = wire.encode_commit(1, txid) if out is not None and out[1] is None else b""
         return out
+
+    def commit(self, fr: bytes, txid: int, timeout: float = WAIT) -> Any:
+        """What the writer does with a lane: (acked, None) at a quorum, (acked, the batch's call)
+        short of one, None when nothing was sent."""
+        lane = self.lane
+        if lane is None or lane.revoked:
+            lane = self.lane = self.set.sync_lane()
+            if lane is None:
+                return None
+        acked = lane.commit(fr, txid, 1, timeout)
+        if acked < 0:
+            return None
+        if acked < lane.need:
+            return acked, self.set.lane_call(lane, txid)
+        return acked, None
 
     def read_notice(self) -> None:
         """Read the last commit's notice on every node, wherever the engine put it."""
@@ -195,8 +211,7 @@ def test_a_nodes_change_ends_the_claim_and_a_node_with_something_to_decide_gets_
     assert ns.claims() == [1, 1, 1]
     ns.nodes[1].busy = True
     ns.nodes[1].on_change()  # e.g. it started a segment
-    fr = frame(3)
-    assert ns.set.sync_batch(fr, 3, 3, wire.encode_commit(1, 3), WAIT) is None
+    assert ns.commit(frame(3), 3) is None
     assert all(n.noticed == [2] for n in ns.nodes)  # settled before the nodes were asked again
     assert ns.claims() == [2, 2, 1]
     ns.nodes[1].busy = False
@@ -213,14 +228,15 @@ def test_a_node_without_room_or_a_link_gone_sends_nothing(engine: Engine) -> Non
     assert ns.sync(1, silent=frozenset({2})) is not None  # node 2 reads it and never acks
     ns.read_notice()
     big = framing.encode_frame([b"y" * ROOM], epoch=1, segment_txid=1, first_txid=2)
-    assert ns.set.sync_batch(big, 2, 2, wire.encode_commit(1, 2), WAIT) is None  # past node 2's room
+    assert ns.commit(big, 2) is None  # past node 2's room
     assert nothing_sent(ns.nodes[0]) and nothing_sent(ns.nodes[1])  # not even the kept notice
     assert ns.claims() == [1, 1, 1]  # nothing changed: the claim stands, room is the engine's to check
     engine.fanout.remove(ns.nodes[0].id)
-    assert ns.set.sync_batch(frame(2), 2, 2, wire.encode_commit(1, 2), WAIT) is None
+    assert ns.commit(frame(2), 2) is None
+    assert ns.lane.revoked
     assert nothing_sent(ns.nodes[1])
-    assert ns.set.sync_batch(frame(2), 2, 2, wire.encode_commit(1, 2), WAIT) is None
-    assert ns.claims() == [2, 2, 2]  # the link that left ended the claim: the nodes were asked again
+    assert ns.commit(frame(2), 2) is None
+    assert ns.claims() == [2, 2, 2]  # the link that left ended the lane: the nodes were asked again
     ns.close()
 
 
@@ -234,4 +250,45 @@ def test_short_of_a_quorum_the_batch_is_waited_on_over_the_links_claimed(engine:
     assert ns.claims() == [1, 1, 1]
     assert ns.sync(3) is not None  # the claim ended with the short wait: the nodes are asked again
     assert ns.claims() == [2, 2, 2]
+    ns.close()
+
+
+def test_the_writers_crash_ends_the_lane_and_gives_no_other(engine: Engine) -> None:
+    ns = Nodes(engine)
+    assert ns.sync(1) is not None
+    lane = ns.lane
+    ns.nodes[0].life.crash("test")
+    assert lane.revoked
+    assert ns.commit(frame(2), 2) is None
+    assert ns.set.sync_lane() is None
+    ns.close()
+
+
+def test_a_change_between_the_claims_read_and_its_store_ends_the_lane(engine: Engine) -> None:
+    ns = Nodes(engine)
+    node = ns.nodes[2]
+    inner = node.quiet_link
+
+    def changing() -> tuple[int, _Link] | None:
+        out = inner()
+        node.on_change()  # another thread's change, after the revision was read, before the lane is stored
+        return out
+
+    node.quiet_link = changing  # type: ignore[method-assign]
+    lane = ns.set.sync_lane()
+    assert lane is not None and lane.revoked
+    node.quiet_link = inner  # type: ignore[method-assign]
+    assert ns.sync(1) is not None
+    ns.close()
+
+
+def test_a_lane_call_names_only_the_current_lane(engine: Engine) -> None:
+    ns = Nodes(engine)
+    assert ns.sync(1) is not None
+    old = ns.lane
+    ns.nodes[0].on_change()
+    assert ns.sync(2) is not None
+    assert ns.lane is not old
+    with pytest.raises(ValueError, match="current lane"):
+        ns.set.lane_call(old, 2)
     ns.close()

@@ -45,6 +45,7 @@ PUBLIC_API: dict[str, tuple[str, ...]] = {
     "gate": ("WriteGate",),
     "fanout": (
         "Fanout",
+        "Lane",
         "Receiver",
         "TlsClient",
         "TlsServer",

@@ -291,6 +291,21 @@ cdef class Fanout:
     cdef void _close_spare_eventfds(self) noexcept nogil
     cdef void _release_idle(self, long long now) noexcept nogil
     cdef int _report(self, int s, object callback) except -1
+    cdef int _sync_batch(self, object links, bytes frame, unsigned long long last_txid, int need, bytes notice,
+                         double timeout, Py_ssize_t room) except -3
+
+
+cdef class Lane:
+    cdef Fanout _fanout
+    cdef tuple _links
+    cdef readonly int need
+    cdef Py_ssize_t _room
+    cdef readonly bint revoked
+    cdef readonly unsigned long long committed  # the highest last_txid a commit made durable
+    cdef readonly unsigned long long commits
+    cdef int _nlat
+    cdef uint64_t _times[MAX_LAT_BOUNDS + 1]  # commits per latency bound of the engine, +Inf last
+    cdef long long _times_ns
 
 
 cdef class TlsClient:

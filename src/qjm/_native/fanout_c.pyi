@@ -13,6 +13,33 @@ ACK_SIZE: Final[int]
 MAX_WINDOW_COUNT: Final[int]
 
 @disjoint_base
+class Lane:
+    """``Fanout.sync_batch`` bound to one writer's links, quorum and queue limit: each ``commit``
+    encodes the batch's commit notice, sends, waits and times the commit in one call. Good until
+    ``revoke``, or until a commit finds a link gone or its wait short of a quorum."""
+
+    def __init__(self, fanout: Fanout, links: Iterable[int], need: int, room: int = 0) -> None: ...
+    @property
+    def need(self) -> int: ...
+    @property
+    def revoked(self) -> bool: ...
+    @property
+    def committed(self) -> int:
+        """The highest last_txid a commit made durable."""
+    @property
+    def commits(self) -> int: ...
+    @property
+    def links(self) -> tuple[int, ...]: ...
+    def revoke(self) -> None:
+        """End the lane: every later ``commit`` returns -2 having done nothing."""
+    def commit(self, frame: bytes, last_txid: int, epoch: int, timeout: float) -> int:
+        """Returns how many links acknowledged ``frame`` (at least ``need``: committed; fewer: the
+        wait ended short, and the lane is revoked), -1 having sent nothing when a link has no room,
+        -2 having sent nothing when the lane is revoked or a link left the engine."""
+    def times(self) -> tuple[list[int], float]:
+        """``(counts, seconds)`` of every commit so far, per latency bound of the engine (+Inf last)."""
+
+@disjoint_base
 class TlsClient:
     """A writer's side of data-plane TLS: its certificate chain and key (PEM files) and the CA
     certificates it trusts; TLS 1.3 (as ``qjm.security.tls``), the node's certificate always verified."""
@@ -116,6 +143,10 @@ class Fanout:
         ``keep_notice_seconds`` of the one before on the link. ``room`` > 0: a link with
         unacknowledged bytes that ``frame`` would take past ``room``, or with its window's frames
         all in flight, makes it return -1 having sent nothing."""
+
+    def lane(self, links: Iterable[int], need: int, room: int = 0) -> Lane:
+        """A ``Lane``: ``sync_batch`` over ``links`` for a writer committing batch after batch.
+        An unknown link raises ValueError."""
 
     def run(self, callback: Callable[[int, int, str, object], None]) -> None:
         """Serve every link until ``stop``; ``callback(link, acked, code, detail)`` reports news.

@@ -1261,6 +1261,15 @@ cdef class Fanout:
         an ack wakes it directly instead of waking the loop, which then wakes it, and it needs no
         loop running to see its quorum; the loop stops watching those links for input meanwhile. A
         failure it finds is reported by the loop, as any other."""
+        return self._sync_batch(links, frame, last_txid, need, notice, timeout, room)
+
+    def lane(self, links, int need, Py_ssize_t room=0):
+        """A ``Lane``: ``sync_batch`` over ``links`` for a writer committing batch after batch.
+        An unknown link raises ValueError."""
+        return Lane(self, links, need, room)
+
+    cdef int _sync_batch(self, object links, bytes frame, unsigned long long last_txid, int need, bytes notice,
+                         double timeout, Py_ssize_t room) except -3:
         cdef Py_ssize_t n = len(links)
         cdef int s = 0
         cdef Py_ssize_t i
@@ -1733,6 +1742,92 @@ cdef SSL_CTX *_new_ctx(const SSL_METHOD *method, int verify, ca_file, cert_file,
         SSL_CTX_free(ctx)
         raise
     return ctx
+
+
+cdef class Lane:
+    """``Fanout.sync_batch`` bound to one writer's links, quorum and queue limit, for a writer that
+    syncs batch after batch: each ``commit`` encodes the batch's commit notice, sends, waits and
+    times the commit in one call, with no Python between the writer's frame and the engine.
+
+    Why: the writer's Python around one ``sync_batch`` (the logger set's checks, the notice's
+    encoding, the commit's timing) runs on caches the wait has cooled, and costs a sync commit
+    several microseconds (``bench/writer_split.py``, docs/performance.md). The lane is good until
+    ``revoke`` (its owner saw a node's state change) or until a commit finds it wanting: a link
+    gone from the engine, or a wait short of a quorum, revokes it."""
+
+    def __init__(self, Fanout fanout not None, links, int need, Py_ssize_t room=0):
+        cdef int s = 0
+        cdef int i
+        self._fanout = fanout
+        self._links = tuple(int(x) for x in links)
+        for link in self._links:
+            fanout._get(link, &s)      # an unknown link: ValueError now, not at the first commit
+        if need < 1 or need > len(self._links):
+            raise ValueError(f"need must be in [1, {len(self._links)}], got {need}")
+        self.need = need
+        self._room = room
+        self.revoked = False
+        self.committed = 0
+        self.commits = 0
+        self._nlat = fanout._nlat
+        for i in range(MAX_LAT_BOUNDS + 1):
+            self._times[i] = 0
+        self._times_ns = 0
+
+    @property
+    def links(self):
+        return self._links
+
+    def revoke(self):
+        """End the lane: every later ``commit`` returns -2 having done nothing."""
+        self.revoked = True
+
+    def commit(self, bytes frame not None, unsigned long long last_txid, unsigned long long epoch, double timeout):
+        """``sync_batch`` of ``frame`` (awaiting ``last_txid``) with the commit notice of ``epoch`` and
+        ``last_txid``. Returns how many links acknowledged it (at least ``need``: committed and
+        timed; fewer: the wait ended short, and the lane is revoked), -1 having sent nothing when a
+        link has no room, -2 having sent nothing when the lane is revoked or a link left the engine
+        (which revokes it)."""
+        cdef bytes notice
+        cdef qjm_commit *c
+        cdef int acked
+        cdef long long started
+        cdef long long took
+        cdef int i
+        if self.revoked:
+            return -2
+        if self._fanout is None:
+            raise RuntimeError("Lane.__init__ was not called")  # (Lane.__new__ alone)
+        notice = PyBytes_FromStringAndSize(NULL, sizeof(qjm_commit))
+        c = <qjm_commit *>PyBytes_AS_STRING(notice)
+        c.magic = QJM_COMMIT_MAGIC
+        c.reserved = 0
+        c.epoch = epoch
+        c.committed_txid = <int64_t>last_txid
+        started = _now_ns()
+        try:
+            acked = self._fanout._sync_batch(self._links, frame, last_txid, self.need, notice, timeout, self._room)
+        except ValueError:
+            self.revoked = True     # raised before anything was sent: a link left the engine
+            return -2
+        if acked >= self.need:
+            took = _now_ns() - started
+            i = 0
+            while i < self._nlat and took > self._fanout._lat_bounds[i]:
+                i += 1
+            self._times[i] += 1
+            self._times_ns += took
+            self.commits += 1
+            if last_txid > self.committed:
+                self.committed = last_txid
+        elif acked >= 0:
+            self.revoked = True
+        return acked
+
+    def times(self):
+        """``(counts, seconds)`` of every commit so far: how many took at most each of the engine's
+        ``latency_bounds`` (one more count, last, for those above every bound), and their sum."""
+        return [self._times[i] for i in range(self._nlat + 1)], self._times_ns / 1e9
 
 
 cdef class TlsServer:

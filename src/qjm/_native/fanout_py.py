@@ -651,6 +651,11 @@ class Fanout:
                     pass  # the link left the engine meanwhile: its node is out of sync already
         return count
 
+    def lane(self, links: Iterable[int], need: int, room: int = 0) -> Lane:
+        """A ``Lane``: ``sync_batch`` over ``links`` for a writer committing batch after batch.
+        An unknown link raises ValueError."""
+        return Lane(self, links, need, room)
+
     def run(self, callback: Callback) -> None:
         """Serve every link until ``stop``; ``callback(link, acked, code, detail)`` reports news.
 
@@ -750,6 +755,68 @@ class Fanout:
 
 
 _UNSENT_MAX = 64  # plaintext bytes non-waiting acks may leave unsent between flushes, as the native receiver
+
+
+class Lane:
+    """``Fanout.sync_batch`` bound to one writer's links, quorum and queue limit, for a writer that
+    syncs batch after batch: each ``commit`` encodes the batch's commit notice, sends, waits and
+    times the commit in one call (in the native engine with no Python between the writer's frame
+    and the wait). Good until ``revoke``, or until a commit finds a link gone from the engine or
+    its wait short of a quorum, which revokes it."""
+
+    def __init__(self, fanout: Fanout, links: Iterable[int], need: int, room: int = 0) -> None:
+        self._fanout = fanout
+        self._links = tuple(int(x) for x in links)
+        for link in self._links:
+            fanout._get(link)  # an unknown link: ValueError now, not at the first commit
+        if not 1 <= need <= len(self._links):
+            raise ValueError(f"need must be in [1, {len(self._links)}], got {need}")
+        self.need = need
+        self._room = room
+        self.revoked = False
+        self.committed = 0  # the highest last_txid a commit made durable
+        self.commits = 0
+        self._bounds = fanout._latency_bounds
+        self._times = [0] * (len(self._bounds) + 1)
+        self._times_ns = 0
+
+    @property
+    def links(self) -> tuple[int, ...]:
+        return self._links
+
+    def revoke(self) -> None:
+        """End the lane: every later ``commit`` returns -2 having done nothing."""
+        self.revoked = True
+
+    def commit(self, frame: bytes, last_txid: int, epoch: int, timeout: float) -> int:
+        """``sync_batch`` of ``frame`` (awaiting ``last_txid``) with the commit notice of ``epoch`` and
+        ``last_txid``. Returns how many links acknowledged it (at least ``need``: committed and
+        timed; fewer: the wait ended short, and the lane is revoked), -1 having sent nothing when a
+        link has no room, -2 having sent nothing when the lane is revoked or a link left the engine
+        (which revokes it)."""
+        if self.revoked:
+            return -2
+        notice = wire.encode_commit(epoch, last_txid)
+        started = time.monotonic_ns()
+        try:
+            acked = self._fanout.sync_batch(self._links, frame, last_txid, self.need, notice, timeout, self._room)
+        except ValueError:
+            self.revoked = True  # raised before anything was sent: a link left the engine
+            return -2
+        if acked >= self.need:
+            took = time.monotonic_ns() - started
+            self._times[bisect.bisect_left(self._bounds, took)] += 1
+            self._times_ns += took
+            self.commits += 1
+            self.committed = max(self.committed, last_txid)
+        elif acked >= 0:
+            self.revoked = True
+        return acked
+
+    def times(self) -> tuple[list[int], float]:
+        """``(counts, seconds)`` of every commit so far: how many took at most each of the engine's
+        ``latency_bounds`` (one more count, last, for those above every bound), and their sum."""
+        return list(self._times), self._times_ns / 1e9
 
 
 class Receiver:

@@ -561,7 +561,7 @@ class RemoteLogger(NodeStateView[Ticket]):
         return Delivery(error=self._refused(route))
 
     def quiet_link(self) -> tuple[int, DataLink] | None:
-        """For ``RemoteLoggerSet.sync_batch``: this node's link and its engine id when batches can go
+        """For ``RemoteLoggerSet.sync_lane``: this node's link and its engine id when batches can go
         out on it with nothing to decide or wait for here (quiet native acks, no hook before a batch,
         in sync, no segment starting, no commit notice to send ahead of one), until this node's
         state next changes (``watch``); the engine checks each batch's room. None: ``pace`` and

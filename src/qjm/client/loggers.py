@@ -55,10 +55,17 @@ class WriterLife:
     def __init__(self) -> None:
         self._crashed = threading.Event()
         self.reason = ""
+        self._watchers: list[Callable[[], None]] = []
+
+    def watch(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` when the writer crashes (a logger set's lane must end with it)."""
+        self._watchers.append(fn)
 
     def crash(self, reason: str) -> None:
         self.reason = reason
         self._crashed.set()
+        for fn in list(self._watchers):
+            fn()
 
     @property
     def crashed(self) -> bool:
@@ -126,6 +133,33 @@ class Logger(Protocol):
     def close(self, grace: float = 0.0) -> None: ...
 
 
+class SyncLane(Protocol):
+    """A transport's sync commit in one call (``LoggerSet.sync_lane``; ``qjm._native.fanout.Lane``).
+
+    ``commit`` sends a batch's frame to every node, waits for a quorum and queues the commit's
+    notice; it returns how many nodes acknowledged it (``need`` or more: committed; fewer: the
+    wait ended short and the lane is revoked, ``LoggerSet.lane_call`` waits for the rest), -1
+    having sent nothing when a node has no room, -2 having sent nothing when the lane is revoked.
+    """
+
+    @property
+    def need(self) -> int: ...
+
+    @property
+    def revoked(self) -> bool: ...
+
+    @property
+    def commits(self) -> int:
+        """How many commits it made durable."""
+        ...
+
+    def commit(self, frame: bytes, last_txid: int, epoch: int, timeout: float) -> int: ...
+
+    def times(self) -> tuple[list[int], float]:
+        """(commits per bound of ``qjm.histogram.LATENCY_BUCKETS``, +Inf last; their seconds in sum)."""
+        ...
+
+
 class LoggerSet:
     """All nodes of one journal: fan-out, quorum waits, the writer's epoch."""
 
@@ -169,13 +203,14 @@ class LoggerSet:
         """Send one batch to every node; wait on the result for its quorum."""
         return self.call(lambda lg: lg.send_batch(frame, first_txid, last_txid))
 
-    def sync_batch(
-        self, frame: bytes, first_txid: int, last_txid: int, notice: bytes, timeout: float
-    ) -> tuple[int, BatchCall | None] | None:
-        """Send a batch and wait for its quorum in one call, where a transport can (the remote set
-        over the native engine): (nodes that acknowledged it, its call when short of a quorum).
-        None: nothing was sent."""
+    def sync_lane(self) -> SyncLane | None:
+        """A lane for sync commits in one call, where the transport has one (the remote set over
+        the engine, every node taking batches with nothing to decide); None: ``send_batch``."""
         return None
+
+    def lane_call(self, lane: SyncLane, last_txid: int) -> BatchCall:
+        """The quorum call of a batch whose ``lane.commit`` ended short of a quorum."""
+        raise TypeError(f"{type(self).__name__} gives no lanes")
 
     def close(self, grace: float = 0.0) -> None:
         """Close every logger; ``grace`` bounds the total wait for calls still queued to slow nodes."""

@@ -12,7 +12,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import partial
 
-from qjm.client.loggers import CallHooks, Logger, LoggerSet, WriterLife
+from qjm.client.loggers import CallHooks, Logger, LoggerSet, SyncLane, WriterLife
 from qjm.client.quorum import BatchCall, QuorumCall
 from qjm.client.recovery import check_no_committed_loss, choose_recovery_source, in_sync_copy
 from qjm.client.rejoin import RejoinPlan, plan_rejoin
@@ -361,12 +361,13 @@ class QuorumJournalManager:
         """Send one batch to every node; wait on the result for its quorum."""
         return self.loggers.send_batch(frame, first_txid, last_txid)
 
-    def sync_batch(
-        self, frame: bytes, first_txid: int, last_txid: int, notice: bytes, timeout: float
-    ) -> tuple[int, BatchCall | None] | None:
-        """``send_batch`` and the wait for its quorum in one call where the transport can
-        (``LoggerSet.sync_batch``); None: nothing was sent."""
-        return self.loggers.sync_batch(frame, first_txid, last_txid, notice, timeout)
+    def sync_lane(self) -> SyncLane | None:
+        """A lane for sync commits in one call (``LoggerSet.sync_lane``); None: ``send_batch``."""
+        return self.loggers.sync_lane()
+
+    def lane_call(self, lane: SyncLane, last_txid: int) -> BatchCall:
+        """The quorum call of a batch ``lane.commit`` left short of a quorum."""
+        return self.loggers.lane_call(lane, last_txid)
 
     def set_committed_txid(self, txid: int) -> None:
         self.committed_txid = txid

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import cast
 
 from qjm._native import framing
-from qjm.client.loggers import CallHooks
+from qjm.client.loggers import CallHooks, SyncLane
 from qjm.client.manager import QuorumJournalManager
 from qjm.client.quorum import BatchCall, QuorumCall
 from qjm.client.retention import PurgeRequest, purge_limit, requested_bound
@@ -28,7 +28,6 @@ from qjm.client.writer_stats import AckTimer, WriterStats, probe_for
 from qjm.config import QJMConfig, as_config, config_from
 from qjm.errors import EpochError, FencedError, NotFormattedError, QJMError, QuorumError
 from qjm.histogram import Histogram
-from qjm.protocol import wire
 from qjm.protocol.messages import RemoteEditLog
 from qjm.security.tls import TlsConfig
 
@@ -90,7 +89,10 @@ class Writer:
         self._timer_idle = False  # the batch timer sleeps until woken (else it looks every batch_delay)
         self._acks = AckTimer([probe_for(lg) for lg in qjm.loggers.loggers])
         self._batches_sent = self._txns_sent = self._bytes_sent = 0
-        self._one_call_syncs = 0  # syncs whose batch, quorum and notice went in one native call
+        self._one_call_syncs = 0  # syncs committed through lanes that have ended
+        self._lane: SyncLane | None = None  # the transport's one-call sync commit, if it has one
+        self._figures_lock = threading.Lock()  # a lane's change against stats(): its commits counted once
+        self._write_timeout = self.config.timeouts.write_txns
         self._starting: QuorumCall[None] | None = None  # a roll's start of the segment, not yet awaited
         self._segment_bytes = 0  # frame bytes sent in the current segment
         self._segment_first_at = 0.0  # monotonic time its first batch was sent
@@ -125,6 +127,14 @@ class Writer:
         """This writer's figures and each node's (``qjm.client.writer_stats``); never waits for the writer."""
         self._acks.poll(time.monotonic())
         committed = self._committed
+        with self._figures_lock:
+            commit_seconds = self._commit_seconds.copy()
+            one_call_syncs = self._one_call_syncs
+            lane = self._lane
+            if lane is not None:
+                counts, seconds = lane.times()
+                commit_seconds.add(counts, seconds)
+                one_call_syncs += lane.commits
         return WriterStats(
             journal_id=self.qjm.journal_id,
             epoch=self.epoch,
@@ -135,9 +145,9 @@ class Writer:
             batches_sent=self._batches_sent,
             txns_sent=self._txns_sent,
             bytes_sent=self._bytes_sent,
-            commit_seconds=self._commit_seconds.copy(),
+            commit_seconds=commit_seconds,
             nodes=self._acks.snapshot(committed),
-            one_call_syncs=self._one_call_syncs,
+            one_call_syncs=one_call_syncs,
         )
 
     def append(self, record: Buffer) -> int:
@@ -386,43 +396,58 @@ class Writer:
 
     def _sync_one_batch(self) -> int | None:
         """``sync`` of the open batch with nothing in flight (lock held), its send, quorum and commit
-        notice in one call where the transport can (``QuorumJournalManager.sync_batch``); returns the
-        txid it made durable on a majority, or None when the batch is in flight the usual way (or
-        still open, a roll being due) for ``sync`` to wait on.
+        notice in one call where the transport has a lane (``QuorumJournalManager.sync_lane``);
+        returns the txid it made durable on a majority, or None when the batch is in flight the
+        usual way (or still open, a roll being due) for ``sync`` to wait on.
 
         Why: a writer syncing each record otherwise runs Python per node and per ack between closing
-        its batch and returning; in one call a sync commit takes 20-27 µs less here, and 40-58 µs
-        less CPU (docs/performance.md)."""
+        its batch and returning; through a lane a sync commit runs none, and the lane times and
+        counts it itself (docs/performance.md)."""
         if self._roll_due(time.monotonic()):
             return None  # the usual way rolls after sending
+        lane = self._lane
+        if lane is None or lane.revoked:
+            lane = self._next_lane()
+            if lane is None:
+                return None
         first, last, frame, now = self._close_batch()
-        timeout = self.config.timeouts.write_txns
-        notice = wire.encode_commit(self.qjm.epoch, last)
-        outcome = self.qjm.sync_batch(frame, first, last, notice, timeout)
-        if outcome is None:
+        acked = lane.commit(frame, last, self.qjm.epoch, self._write_timeout)
+        if acked < 0:  # nothing was sent: a node has no room (paced the usual way) or the lane ended
             self._send_batch(first, last, frame, now)
             return None
-        _, call = outcome
-        if call is not None:
+        if acked < lane.need:
             # The wait ended short of a quorum (a link failed, the writer's state changed, or the
             # time ran out): the batch is in flight like any other, waited on for the time left;
             # sync's usual wait then counts it committed and announces it.
+            call = self.qjm.lane_call(lane, last)
             self._inflight.append(_Batch(first, last, call, now))
             try:
-                call.wait_for_write_quorum(max(0.0, now + timeout - time.monotonic()), f"journal({first}-{last})")
+                call.wait_for_write_quorum(
+                    max(0.0, now + self._write_timeout - time.monotonic()), f"journal({first}-{last})"
+                )
             except QuorumError as e:
                 self._check_started()
                 raise self._fail(_as_fenced(e)) from None
             return None
-        self._one_call_syncs += 1
-        done = time.monotonic()
-        self._commit_seconds.observe(done - now)
-        self._acks.poll(done)
+        # No AckTimer.poll here: a lane's links time their own acks (qjm.client.writer_stats).
         self._committed = last
         self.qjm.set_committed_txid(last)
-        if self._roll_due(done):  # as the usual way rolls once the batch that made it due is sent
+        if self._roll_due(time.monotonic()):  # as the usual way rolls once the batch that made it due is sent
             self._roll()
         return last
+
+    def _next_lane(self) -> SyncLane | None:
+        """Fold the ended lane's commits into the writer's figures and ask for a new one (lock held)."""
+        with self._figures_lock:
+            old, self._lane = self._lane, None
+            if old is not None:
+                counts, seconds = old.times()
+                self._commit_seconds.add(counts, seconds)
+                self._one_call_syncs += old.commits
+        lane = self.qjm.sync_lane()
+        with self._figures_lock:
+            self._lane = lane
+        return lane
 
     def _reap_oldest(self) -> None:
         b = self._inflight[0]
