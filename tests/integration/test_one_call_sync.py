@@ -1,5 +1,5 @@
 """A writer that syncs each batch sends it, waits for its quorum and announces the commit in one
-native call (``Writer._sync_one_batch``, ``Fanout.sync_batch``) while every node is in sync, and
+native call (``Writer._sync_one_batch``, ``Lane.commit``) while every node is in sync, and
 the usual way otherwise; either way the same records are committed, followers learn of them, and
 a lost quorum fails within the write timeout."""
 
@@ -43,10 +43,14 @@ def test_each_sync_is_one_call_and_followers_learn_the_commit_from_it(cluster: M
     w.sync()
     _settle(w, 1)
     before = _one_calls(w)
+    timed = w.stats().commit_seconds.count
     for i in range(3, 51):
         w.append(txn_data(i))
         assert w.sync() == i
     assert _one_calls(w) == before + 48
+    commit_seconds = w.stats().commit_seconds
+    assert commit_seconds.count == timed + 48  # each timed once, by its lane
+    assert 0 < commit_seconds.total < 48 * WAIT
     registry = CollectorRegistry()
     registry.register(WriterCollector(w))
     assert registry.get_sample_value("qjm_writer_one_call_syncs_total", {"journal": w.qjm.journal_id}) == before + 48
