@@ -114,6 +114,10 @@ def test_a_node_out_of_sync_takes_the_usual_way_until_its_next_segment(cluster: 
         w.append(txn_data(i))
         assert w.sync() == i
     assert _one_calls(w) == before + 5
+    # Every batch timed once, whichever way it went: by a lane (those of lanes that ended, as the
+    # node came and went and the segments rolled, folded into the writer's figures) or the usual way.
+    st = w.stats()
+    assert st.commit_seconds.count == st.batches_sent
     w.close()
 
 
