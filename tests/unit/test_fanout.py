@@ -801,7 +801,13 @@ def _lane_engine(
 def test_a_lane_commits_encodes_the_notice_and_times_each_commit(fo: ModuleType) -> None:
     f, links, mine, nodes = _lane_engine(fo)
     lane = f.lane(links, 2)
-    assert (lane.links, lane.need, lane.revoked, lane.committed, lane.commits) == (tuple(links), 2, False, 0, 0)
+    assert (lane.links, lane.need, lane.revoked, lane.committed, lane.times()[0]) == (
+        tuple(links),
+        2,
+        False,
+        0,
+        [0] * (len(LATENCY_BUCKETS) + 1),
+    )
     notice_size = len(wire.encode_commit(0, 0))
     for txid in (1, 2):
         fr = frame(txid)
@@ -813,7 +819,7 @@ def test_a_lane_commits_encodes_the_notice_and_times_each_commit(fo: ModuleType)
         for nd in nodes:  # the commit's notice, as the writer's own encoding would have it
             nd.settimeout(WAIT)
             assert recv_exactly(nd, notice_size) == wire.encode_commit(7, txid)
-    assert (lane.committed, lane.commits, lane.revoked) == (2, 2, False)
+    assert (lane.committed, lane.revoked) == (2, False)
     counts, seconds = lane.times()
     assert len(counts) == len(LATENCY_BUCKETS) + 1 and sum(counts) == 2 and 0 < seconds < 2 * WAIT
     _hang_up_all(f, links, mine, nodes)
@@ -840,9 +846,20 @@ def test_a_lane_with_a_link_gone_sends_nothing_and_ends(fo: ModuleType) -> None:
     lane = f.lane(links, 2)
     hang_up(f, links[0], mine[0], nodes[0])
     assert lane.commit(frame(1), 1, 1, WAIT) == -2
-    assert lane.revoked and lane.commits == 0
+    assert lane.revoked and sum(lane.times()[0]) == 0
     assert all(_nothing_more(nd) for nd in nodes[1:])
     _hang_up_all(f, links[1:], mine[1:], nodes[1:])
+    f.close()
+
+
+def test_a_lane_refuses_ids_past_a_commit_notices_fields_alike_and_sends_nothing(fo: ModuleType) -> None:
+    f, links, mine, nodes = _lane_engine(fo)
+    lane = f.lane(links, 2)
+    for epoch, txid in ((1, 1 << 63), (-1, 1), (1 << 64, 1), (1, -1)):
+        with pytest.raises(OverflowError):
+            lane.commit(frame(1), txid, epoch, WAIT)
+    assert not lane.revoked and all(_nothing_more(nd) for nd in nodes)
+    _hang_up_all(f, links, mine, nodes)
     f.close()
 
 
@@ -854,7 +871,7 @@ def test_a_lane_short_of_a_quorum_ends_and_one_without_room_sends_nothing(fo: Mo
     assert lane.commit(fr, 1, 1, 0.05) == 1  # one ack of the two needed: the wait ends at the timeout
     for t in answers:
         t.join(WAIT)
-    assert lane.revoked and lane.committed == 0 and lane.commits == 0
+    assert lane.revoked and lane.committed == 0
     assert sum(lane.times()[0]) == 0
     assert all(_nothing_more(nd) for nd in nodes)  # no notice for a batch short of its quorum
     # Nodes 1 and 2 hold frame 1 unacknowledged in windows of one frame: a new lane has no room.

@@ -302,8 +302,6 @@ cdef class Lane:
     cdef Py_ssize_t _room
     cdef readonly bint revoked
     cdef readonly unsigned long long committed  # the highest last_txid a commit made durable
-    cdef readonly unsigned long long commits
-    cdef int _nlat
     cdef uint64_t _times[MAX_LAT_BOUNDS + 1]  # commits per latency bound of the engine, +Inf last
     cdef long long _times_ns
 

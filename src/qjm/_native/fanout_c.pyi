@@ -27,8 +27,6 @@ class Lane:
     def committed(self) -> int:
         """The highest last_txid a commit made durable."""
     @property
-    def commits(self) -> int: ...
-    @property
     def links(self) -> tuple[int, ...]: ...
     def revoke(self) -> None:
         """End the lane: every later ``commit`` returns -2 having done nothing."""

@@ -31,7 +31,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_DECREF, Py_INCREF
 from libc.errno cimport EAGAIN, EBADF, ECONNRESET, EINTR, ENOMEM, ETIMEDOUT, errno
-from libc.stdint cimport int64_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport INT64_MAX, int64_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memcpy, memmove, memset
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
@@ -1768,8 +1768,6 @@ cdef class Lane:
         self._room = room
         self.revoked = False
         self.committed = 0
-        self.commits = 0
-        self._nlat = fanout._nlat
         for i in range(MAX_LAT_BOUNDS + 1):
             self._times[i] = 0
         self._times_ns = 0
@@ -1798,6 +1796,8 @@ cdef class Lane:
             return -2
         if self._fanout is None:
             raise RuntimeError("Lane.__init__ was not called")  # (Lane.__new__ alone)
+        if last_txid > <unsigned long long>INT64_MAX:
+            raise OverflowError(f"last_txid {last_txid} does not fit a commit notice (signed 64 bits)")
         notice = PyBytes_FromStringAndSize(NULL, sizeof(qjm_commit))
         c = <qjm_commit *>PyBytes_AS_STRING(notice)
         c.magic = QJM_COMMIT_MAGIC
@@ -1813,11 +1813,10 @@ cdef class Lane:
         if acked >= self.need:
             took = _now_ns() - started
             i = 0
-            while i < self._nlat and took > self._fanout._lat_bounds[i]:
+            while i < self._fanout._nlat and took > self._fanout._lat_bounds[i]:
                 i += 1
             self._times[i] += 1
             self._times_ns += took
-            self.commits += 1
             if last_txid > self.committed:
                 self.committed = last_txid
         elif acked >= 0:
@@ -1827,7 +1826,7 @@ cdef class Lane:
     def times(self):
         """``(counts, seconds)`` of every commit so far: how many took at most each of the engine's
         ``latency_bounds`` (one more count, last, for those above every bound), and their sum."""
-        return [self._times[i] for i in range(self._nlat + 1)], self._times_ns / 1e9
+        return [self._times[i] for i in range(self._fanout._nlat + 1)], self._times_ns / 1e9
 
 
 cdef class TlsServer:

@@ -775,7 +775,6 @@ class Lane:
         self._room = room
         self.revoked = False
         self.committed = 0  # the highest last_txid a commit made durable
-        self.commits = 0
         self._bounds = fanout._latency_bounds
         self._times = [0] * (len(self._bounds) + 1)
         self._times_ns = 0
@@ -796,6 +795,10 @@ class Lane:
         (which revokes it)."""
         if self.revoked:
             return -2
+        if not 0 <= epoch < 1 << 64:
+            raise OverflowError(f"epoch {epoch} is not an unsigned 64-bit integer")
+        if not 0 <= last_txid < 1 << 63:
+            raise OverflowError(f"last_txid {last_txid} does not fit a commit notice (signed 64 bits)")
         notice = wire.encode_commit(epoch, last_txid)
         started = time.monotonic_ns()
         try:
@@ -807,7 +810,6 @@ class Lane:
             took = time.monotonic_ns() - started
             self._times[bisect.bisect_left(self._bounds, took)] += 1
             self._times_ns += took
-            self.commits += 1
             self.committed = max(self.committed, last_txid)
         elif acked >= 0:
             self.revoked = True

@@ -148,15 +148,11 @@ class SyncLane(Protocol):
     @property
     def revoked(self) -> bool: ...
 
-    @property
-    def commits(self) -> int:
-        """How many commits it made durable."""
-        ...
-
     def commit(self, frame: bytes, last_txid: int, epoch: int, timeout: float) -> int: ...
 
     def times(self) -> tuple[list[int], float]:
-        """(commits per bound of ``qjm.histogram.LATENCY_BUCKETS``, +Inf last; their seconds in sum)."""
+        """(commits made durable per bound of ``qjm.histogram.LATENCY_BUCKETS``, +Inf last; their
+        seconds in sum): every commit it made durable, counted once."""
         ...
 
 

@@ -134,7 +134,7 @@ class Writer:
             if lane is not None:
                 counts, seconds = lane.times()
                 commit_seconds.add(counts, seconds)
-                one_call_syncs += lane.commits
+                one_call_syncs += sum(counts)
         return WriterStats(
             journal_id=self.qjm.journal_id,
             epoch=self.epoch,
@@ -437,22 +437,26 @@ class Writer:
         return last
 
     def _next_lane(self) -> SyncLane | None:
-        """Fold the ended lane's commits into the writer's figures and ask for a new one (lock held)."""
-        with self._figures_lock:
-            old, self._lane = self._lane, None
-            if old is not None:
+        """Fold the ended lane's commits into the writer's figures and ask for a new one (lock held).
+        The figures' lock only when a lane comes or goes: a set that gives none is asked at each
+        sync."""
+        old = self._lane
+        if old is not None:
+            with self._figures_lock:
+                self._lane = None
                 counts, seconds = old.times()
                 self._commit_seconds.add(counts, seconds)
-                self._one_call_syncs += old.commits
+                self._one_call_syncs += sum(counts)
         lane = self.qjm.sync_lane()
-        with self._figures_lock:
-            self._lane = lane
+        if lane is not None:
+            with self._figures_lock:
+                self._lane = lane
         return lane
 
     def _reap_oldest(self) -> None:
         b = self._inflight[0]
         try:
-            b.call.wait_for_write_quorum(self.config.timeouts.write_txns, f"journal({b.first}-{b.last})")
+            b.call.wait_for_write_quorum(self._write_timeout, f"journal({b.first}-{b.last})")
         except QuorumError as e:
             self._check_started()  # a start that failed explains the batch's failure best
             raise self._fail(_as_fenced(e)) from None
@@ -496,7 +500,7 @@ class Writer:
             if closed is None:
                 return
             try:
-                closed.call.wait_for_write_quorum(self.config.timeouts.write_txns, "journal")
+                closed.call.wait_for_write_quorum(self._write_timeout, "journal")
                 self._wait_until(closed.last)
             except QJMError:
                 return  # the writer has failed: its next call says why
