@@ -6,13 +6,16 @@ a bounded wait, never by sleeping.
 
 from __future__ import annotations
 
+import fcntl
 import importlib
 import os
 import queue
 import socket
 import ssl
 import sys
+import termios
 import threading
+import time
 from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
@@ -56,14 +59,20 @@ class Node:
     by turns. Without a module, a
     peer that only runs the handshake (with Python's ssl)."""
 
-    def __init__(self, tls: TlsConfig, rx_module: ModuleType | None, *, answer: bool = True) -> None:
+    def __init__(
+        self, tls: TlsConfig, rx_module: ModuleType | None, *, answer: bool = True, hold: threading.Event | None = None
+    ) -> None:
+        """``hold``: after the hello, read nothing more until it is set."""
         self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)  # room for a test's burst
         self.port = self.listener.getsockname()[1]
         self.tls = tls
         self.context = tls.server_ssl_context()
         self.rx_module = rx_module
         self.answer = answer
+        self.hold = hold
         self.frames: list[bytes] = []
+        self.runs: list[int] = []  # the frames of each run
         self.commits: list[tuple[int, int]] = []
         self.outcome: queue.Queue[object] = queue.Queue()
         self.release = threading.Event()
@@ -84,10 +93,13 @@ class Node:
             rx.handshake(self.rx_module.TlsServer(self.tls.ca_file, self.tls.cert_file, self.tls.key_file), WAIT)
             self.outcome.put(identity_of_der(rx.peer_certificate()))
             self.outcome.put(rx.hello())
+            if self.hold is not None:
+                self.hold.wait(WAIT)
             waits = False
             while (run := rx.next_run()) is not None:
                 frames, commits = run
                 self.frames += frames
+                self.runs.append(len(frames))
                 self.commits += commits
                 if frames:
                     # As the JournalNode acks (without waiting, then the rest), and the waiting way,
@@ -180,9 +192,14 @@ def test_a_sync_batch_commit_notice_reaches_the_node_through_the_session_before_
     sock, link = hello_over_tls(f, engine, node, pki)
     assert f.sync_batch([link], frame(1), 1, 1, wire.encode_commit(1, 1), WAIT) == 1
     assert f.send(link, frame(2), 2) == 0
-    until_acked(events, link, 2)
-    assert node.frames == [frame(1), frame(2)]
-    assert node.commits == [(1, 1)]
+    # The kept notice gathered with a prefix and the head of a frame past a record, then the rest.
+    assert f.sync_batch([link], frame(3, size=40000), 3, 1, wire.encode_commit(1, 3), WAIT) == 1
+    assert f.send(link, frame(4, size=40000), 4, wire.encode_commit(2, 3)) == 0
+    assert f.sync_batch([link], frame(5), 5, 1, wire.encode_commit(2, 5), WAIT) == 1
+    assert f.send(link, frame(6), 6, wire.encode_commit(3, 5)) == 0
+    until_acked(events, link, 6)
+    assert node.frames == [frame(1), frame(2), frame(3, size=40000), frame(4, size=40000), frame(5), frame(6)]
+    assert node.commits == [(1, 1), (1, 3), (2, 3), (2, 5), (3, 5)]
     hang_up(f, link, sock, node)
 
 
@@ -241,6 +258,61 @@ def test_frames_that_come_in_one_packet_with_the_handshake_are_read(pki: Pki, re
         except ssl.SSLWantReadError:
             continue
     assert node.frames == sent
+    sock.close()
+    assert node.outcome.get(timeout=WAIT) == "eof"
+    node.close()
+
+
+def client_session(sock: socket.socket, client: TlsConfig) -> tuple[ssl.SSLObject, ssl.MemoryBIO, ssl.MemoryBIO]:
+    """A writer's TLS session over ``sock`` with Python's ssl, its handshake done."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = client.client_ssl_context().wrap_bio(incoming, outgoing, server_hostname="127.0.0.1")
+    while True:
+        try:
+            tls.do_handshake()
+            return tls, incoming, outgoing
+        except ssl.SSLWantReadError:
+            sock.sendall(outgoing.read())
+            data = sock.recv(65536)
+            assert data, "the node hung up during the handshake"
+            incoming.write(data)
+
+
+def test_a_run_takes_all_the_socket_holds_past_the_sessions_read_buffer(pki: Pki) -> None:
+    """The native receiver reads through a session whose read-ahead buffer holds 64 KiB: a run (one
+    group commit at the node) still takes every frame the socket holds, as plaintext's one large
+    recv does, not only what one buffer's worth brought."""
+    hold = threading.Event()
+    node = Node(pki.nodes[0], module("native"), hold=hold)
+    sock = socket.create_connection(("127.0.0.1", node.port), timeout=WAIT)
+    tls, incoming, outgoing = client_session(sock, pki.clients["alice"])
+    tls.write(wire.encode_hello("j1"))
+    sock.sendall(outgoing.read())
+    assert node.outcome.get(timeout=WAIT) == "alice"
+    assert node.outcome.get(timeout=WAIT) == "j1"
+    sent = [frame(t, size=16 << 10) for t in range(1, 9)]  # 128 KiB, eight records and more
+    for fr in sent:
+        tls.write(fr)
+    sock.sendall(outgoing.read())
+    deadline = time.monotonic() + WAIT
+    # Every byte acknowledged by the node's TCP, so in its socket, before it reads any.
+    while fcntl.ioctl(sock, termios.TIOCOUTQ, b"\0\0\0\0") != b"\0\0\0\0":
+        assert time.monotonic() < deadline, "the node's socket never took the frames"
+        threading.Event().wait(0.001)
+    hold.set()
+    ack = wire.encode_ack(8)
+    got = b""
+    while not got.endswith(ack):
+        data = sock.recv(65536)
+        assert data, "the node hung up"
+        incoming.write(data)
+        while True:  # every record that came (a run's ack each)
+            try:
+                got += tls.read(65536)
+            except ssl.SSLWantReadError:
+                break
+    assert node.frames == sent
+    assert node.runs == [8]
     sock.close()
     assert node.outcome.get(timeout=WAIT) == "eof"
     node.close()

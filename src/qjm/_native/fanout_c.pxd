@@ -146,6 +146,7 @@ cdef extern from "<openssl/ssl.h>" nogil:
     int SSL_do_handshake(SSL *ssl)
     int SSL_get_error(const SSL *ssl, int ret)
     int SSL_read(SSL *ssl, void *buf, int n)
+    int SSL_has_pending(const SSL *s)
     int SSL_write(SSL *ssl, const void *buf, int n)
     int SSL_set1_host(SSL *ssl, const char *host)
     long SSL_set_tlsext_host_name(SSL *ssl, const char *host)
@@ -321,6 +322,7 @@ ctypedef struct rx_io_t:           # the Receiver's source BIO: SSL_read takes c
     bint block                      # wait (SO_RCVTIMEO) for the first bytes, or take only what is there
     int err                         # the errno of the last recv that failed (EAGAIN: nothing there)
     bint eof                        # the peer hung up
+    bint drained                    # the last recv took less than asked: the socket held no more
     BIO *rest                       # ciphertext that came with the handshake, read before the socket
 
 

@@ -255,6 +255,7 @@ cdef int _source_read(BIO *b, char *out, int n) noexcept nogil:
     BIO_clear_retry_flags(b)
     if io.rest != NULL:
         if BIO_ctrl_pending(io.rest) > 0:
+            io.drained = False      # the socket may hold more behind what the handshake left
             return BIO_read(io.rest, out, n)
         BIO_free(io.rest)
         io.rest = NULL
@@ -262,6 +263,7 @@ cdef int _source_read(BIO *b, char *out, int n) noexcept nogil:
         r = recv(io.fd, out, <size_t>n, 0 if io.block else MSG_DONTWAIT)
         if r >= 0:
             io.eof = r == 0
+            io.drained = r < n
             return <int>r
         if errno != EINTR:
             break
@@ -300,6 +302,30 @@ cdef bint _tls_write(link_t *l, const char *p, Py_ssize_t n) noexcept nogil:
         p += k
         n -= k
     return True
+
+
+cdef bint _tls_write_parts(link_t *l, const char **p, Py_ssize_t *n, int k) noexcept nogil:
+    # Encrypt the k parts as one stream, the small ones gathered with the head of the last into
+    # one record: a record costs libssl more than encrypting a kilobyte does, and a commit notice
+    # sent ahead of a small frame would otherwise double the records a commit costs both ends.
+    # The last part's rest goes straight from its buffer. False if the session failed.
+    cdef char stage[TLS_CHUNK]
+    cdef Py_ssize_t used = 0
+    cdef Py_ssize_t take
+    cdef int i
+    for i in range(k - 1):
+        if n[i] > TLS_CHUNK - used:
+            if (used and not _tls_write(l, stage, used)) or not _tls_write(l, p[i], n[i]):
+                return False
+            used = 0
+        else:
+            memcpy(stage + used, p[i], <size_t>n[i])
+            used += n[i]
+    if used == 0:
+        return _tls_write(l, p[k - 1], n[k - 1])
+    take = n[k - 1] if n[k - 1] < TLS_CHUNK - used else TLS_CHUNK - used
+    memcpy(stage + used, p[k - 1], <size_t>take)
+    return _tls_write(l, stage, used + take) and _tls_write(l, p[k - 1] + take, n[k - 1] - take)
 
 
 cdef inline bint _nothing_out(link_t *l) noexcept nogil:
@@ -482,6 +508,8 @@ cdef void _tls_drain(int ep, link_t *l) noexcept nogil:
         if k > 0:
             l.rlen += k
             _parse(ep, l)
+            if BIO_ctrl_pending(l.rbio) == 0 and not SSL_has_pending(l.ssl):
+                return          # all of it read: another SSL_read would only say WANT_READ
             continue
         k = SSL_get_error(l.ssl, k)
         if k == SSL_ERROR_WANT_READ:
@@ -505,6 +533,8 @@ cdef void _read_tls(int ep, link_t *l, unsigned long long token) noexcept nogil:
                 _fail(ep, l, F_OSERROR, ENOMEM, NULL, 0)
                 return
             _tls_drain(ep, l)
+            if r < TLS_CHUNK:
+                break           # nothing more for now: as _read, readiness is level-triggered
         elif r == 0:
             _fail(ep, l, F_EOF, 0, NULL, 0)
         elif errno == EINTR:
@@ -615,11 +645,22 @@ cdef int _enqueue(int ep, link_t *links, link_t *l, PyObject *pre, const char *p
     cdef int rc = 0
     cdef bint was_empty
     cdef int e
+    cdef PyObject *kept = NULL
+    cdef const char *parts[3]
+    cdef Py_ssize_t sizes[3]
+    cdef int nparts = 0
     pthread_mutex_lock(&l.mu)
     released[0] = release and _unpark(ep, links, l)
     was_empty = _nothing_out(l)
     if l.notice != NULL:
-        _take_notice(ep, l)     # the commit notice held back for this send goes first
+        if l.ssl != NULL and l.state == L_OPEN:
+            kept = l.notice     # encrypted with this send (below), in its first record
+            l.notice = NULL
+            parts[0] = l.notice_p
+            sizes[0] = l.notice_n
+            nparts = 1
+        else:
+            _take_notice(ep, l)     # the commit notice held back for this send goes first
     if l.state != L_OPEN:
         rc = -1
     elif last and (l.fllen - l.flhead >= l.max_count
@@ -628,7 +669,14 @@ cdef int _enqueue(int ep, link_t *links, link_t *l, PyObject *pre, const char *p
         rc = 1
     elif l.ssl != NULL:
         # Encrypted at once (through the sink BIO, into cbuf); the buffers are let go.
-        if (pre != NULL and not _tls_write(l, prep, npre)) or not _tls_write(l, frp, n):
+        if pre != NULL:
+            parts[nparts] = prep
+            sizes[nparts] = npre
+            nparts += 1
+        parts[nparts] = frp
+        sizes[nparts] = n
+        nparts += 1
+        if not _tls_write_parts(l, parts, sizes, nparts):
             _fail_tls(ep, l)
             rc = -1
         elif last and not _push_inflight(l, last, n):
@@ -658,6 +706,8 @@ cdef int _enqueue(int ep, link_t *links, link_t *l, PyObject *pre, const char *p
             if e:
                 _fail(ep, l, F_OSERROR, e, NULL, 0)
                 rc = -3
+    if kept != NULL:
+        _rel_push(l, kept)      # encrypted, or dropped with a link that failed
     rel[0] = l.rel
     nrel[0] = l.nrel
     l.rel = NULL
@@ -2183,11 +2233,16 @@ cdef class Receiver:
         with nogil:
             ERR_clear_error()
             io.err = 0
+            io.drained = False
             while got < room:
                 io.block = got == 0
                 k = SSL_read(ssl, buf + got, <int>(room - got if room - got < (1 << 30) else (1 << 30)))
                 if k > 0:
                     got += k
+                    if io.drained and not SSL_has_pending(ssl):
+                        # All the socket held is read: another SSL_read would only find EAGAIN
+                        # (a system call a commit), where plaintext's one recv took it all.
+                        break
                     continue
                 k = SSL_get_error(ssl, k)
                 if k == SSL_ERROR_ZERO_RETURN or (k == SSL_ERROR_SYSCALL and io.eof):
