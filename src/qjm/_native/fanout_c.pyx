@@ -2239,9 +2239,12 @@ cdef class Receiver:
                 k = SSL_read(ssl, buf + got, <int>(room - got if room - got < (1 << 30) else (1 << 30)))
                 if k > 0:
                     got += k
-                    if io.drained and not SSL_has_pending(ssl):
-                        # All the socket held is read: another SSL_read would only find EAGAIN
-                        # (a system call a commit), where plaintext's one recv took it all.
+                    if got < TLS_RECV and io.drained and not SSL_has_pending(ssl):
+                        # A small run (a sync commit's) has all the socket held: another SSL_read
+                        # would only find EAGAIN, a system call a commit where plaintext's one
+                        # recv took it all. A larger one reads on while bytes come: decrypting
+                        # takes long enough for more to arrive, and a larger run is a larger
+                        # group commit.
                         break
                     continue
                 k = SSL_get_error(ssl, k)
