@@ -226,43 +226,6 @@ def test_a_burst_behind_a_full_socket_arrives_in_order_and_lets_go_of_every_batc
     hang_up(f, link, sock, node)
 
 
-def test_frames_that_come_in_one_packet_with_the_handshake_are_read(pki: Pki, receiver: ModuleType) -> None:
-    """The writer's last handshake flight and its first frames in one send: the node's handshake
-    reads them together, and the frames read after it start with the bytes that came with it."""
-    node = Node(pki.nodes[0], receiver)
-    sock = socket.create_connection(("127.0.0.1", node.port), timeout=WAIT)
-    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-    tls = pki.clients["alice"].client_ssl_context().wrap_bio(incoming, outgoing, server_hostname="127.0.0.1")
-    while True:
-        try:
-            tls.do_handshake()
-            break
-        except ssl.SSLWantReadError:
-            sock.sendall(outgoing.read())
-            data = sock.recv(65536)
-            assert data, "the node hung up during the handshake"
-            incoming.write(data)
-    sent = [frame(t, size=100 * t) for t in range(1, 6)]
-    tls.write(wire.encode_hello("j1") + b"".join(sent))
-    sock.sendall(outgoing.read())  # the client's Finished and the frames, in one write
-    assert node.outcome.get(timeout=WAIT) == "alice"
-    assert node.outcome.get(timeout=WAIT) == "j1"
-    ack = wire.encode_ack(5)
-    got = b""
-    while not got.endswith(ack):  # one cumulative ack per run: the last one covers all five frames
-        data = sock.recv(65536)
-        assert data, "the node hung up"
-        incoming.write(data)
-        try:
-            got += tls.read(65536)
-        except ssl.SSLWantReadError:
-            continue
-    assert node.frames == sent
-    sock.close()
-    assert node.outcome.get(timeout=WAIT) == "eof"
-    node.close()
-
-
 def client_session(sock: socket.socket, client: TlsConfig) -> tuple[ssl.SSLObject, ssl.MemoryBIO, ssl.MemoryBIO]:
     """A writer's TLS session over ``sock`` with Python's ssl, its handshake done."""
     incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
@@ -276,6 +239,39 @@ def client_session(sock: socket.socket, client: TlsConfig) -> tuple[ssl.SSLObjec
             data = sock.recv(65536)
             assert data, "the node hung up during the handshake"
             incoming.write(data)
+
+
+def await_ack(sock: socket.socket, tls: ssl.SSLObject, incoming: ssl.MemoryBIO, txid: int) -> None:
+    """Read the node's acks through ``tls`` until the one for ``txid`` (one cumulative ack a run)."""
+    ack = wire.encode_ack(txid)
+    got = b""
+    while not got.endswith(ack):
+        data = sock.recv(65536)
+        assert data, "the node hung up"
+        incoming.write(data)
+        while True:  # every record that came
+            try:
+                got += tls.read(65536)
+            except ssl.SSLWantReadError:
+                break
+
+
+def test_frames_that_come_in_one_packet_with_the_handshake_are_read(pki: Pki, receiver: ModuleType) -> None:
+    """The writer's last handshake flight and its first frames in one send: the node's handshake
+    reads them together, and the frames read after it start with the bytes that came with it."""
+    node = Node(pki.nodes[0], receiver)
+    sock = socket.create_connection(("127.0.0.1", node.port), timeout=WAIT)
+    tls, incoming, outgoing = client_session(sock, pki.clients["alice"])
+    sent = [frame(t, size=100 * t) for t in range(1, 6)]
+    tls.write(wire.encode_hello("j1") + b"".join(sent))
+    sock.sendall(outgoing.read())  # the client's Finished and the frames, in one write
+    assert node.outcome.get(timeout=WAIT) == "alice"
+    assert node.outcome.get(timeout=WAIT) == "j1"
+    await_ack(sock, tls, incoming, 5)
+    assert node.frames == sent
+    sock.close()
+    assert node.outcome.get(timeout=WAIT) == "eof"
+    node.close()
 
 
 def test_a_run_takes_all_the_socket_holds_past_the_sessions_read_buffer(pki: Pki) -> None:
@@ -300,17 +296,7 @@ def test_a_run_takes_all_the_socket_holds_past_the_sessions_read_buffer(pki: Pki
         assert time.monotonic() < deadline, "the node's socket never took the frames"
         threading.Event().wait(0.001)
     hold.set()
-    ack = wire.encode_ack(8)
-    got = b""
-    while not got.endswith(ack):
-        data = sock.recv(65536)
-        assert data, "the node hung up"
-        incoming.write(data)
-        while True:  # every record that came (a run's ack each)
-            try:
-                got += tls.read(65536)
-            except ssl.SSLWantReadError:
-                break
+    await_ack(sock, tls, incoming, 8)
     assert node.frames == sent
     assert node.runs == [8]
     sock.close()
