@@ -1,8 +1,10 @@
-"""One real SparkSession per test module (local[2], loopback only) and real JournalNodes.
+"""One real SparkSession for the directory's tests (local[2], loopback only) and real JournalNodes.
 
-A module may set ``SPARK_MASTER`` (e.g. ``"local[2,2]"`` to let Spark retry a failed task once).
-Under xdist (``make test``) each module's tests form one group that runs on one worker, so that
-the module starts one session (a JVM) rather than one on every worker its tests would be spread over.
+A module may set ``SPARK_MASTER`` (e.g. ``"local[2,2]"`` to let Spark retry a failed task once):
+the session is restarted with that master for it. Under xdist (``make test``) the modules that
+share a master form one group that runs on one worker, so that they start one session (a JVM, about
+25 s of CPU with its first query) rather than one on every worker their tests would be spread over.
+Each module still has its own cluster, and the streams a module started are stopped after it.
 """
 
 from __future__ import annotations
@@ -21,11 +23,14 @@ from qjm.testing.minicluster import MiniJournalCluster
 HERE = Path(__file__).resolve().parent
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # Runs before xdist reads the groups (its hook is trylast); an explicit group is kept.
+    # tryfirst: before the plain hook in which xdist's worker reads the groups (tests/conftest.py
+    # checks that they arrive). An explicit group is kept.
     for it in items:
         if it.get_closest_marker("xdist_group") is None and it.path.parent == HERE:
-            it.add_marker(pytest.mark.xdist_group(f"spark-{it.path.stem}"))
+            own = getattr(getattr(it, "module", None), "SPARK_MASTER", None) is not None
+            it.add_marker(pytest.mark.xdist_group(f"spark-{it.path.stem}" if own else "spark"))
 
 
 def _session(master: str, tmp: Path) -> Any:
@@ -54,16 +59,47 @@ def _session(master: str, tmp: Path) -> Any:
     return spark
 
 
+class _Sessions:
+    """The directory's one session, restarted for a module that asks another master."""
+
+    def __init__(self) -> None:
+        self.master: str | None = None
+        self.session: Any = None
+
+    def get(self, master: str, tmp: pytest.TempPathFactory) -> Any:
+        if self.session is not None and self.master != master:
+            self.close()
+        if self.session is None:
+            self.session = _session(master, tmp.mktemp("spark-local"))
+            self.master = master
+        return self.session
+
+    def close(self) -> None:
+        if self.session is not None:
+            self.session.stop()
+            self.session = None
+
+
+_SESSIONS = _Sessions()
+
+
 @pytest.fixture(scope="module")
 def spark(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    master = getattr(request.module, "SPARK_MASTER", "local[2]")
-    s = _session(master, tmp_path_factory.mktemp("spark-local"))
+    s = _SESSIONS.get(getattr(request.module, "SPARK_MASTER", "local[2]"), tmp_path_factory)
     try:
         yield s
     finally:
         for q in s.streams.active:
             q.stop()
-        s.stop()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    # After the fixtures' own teardown (trylast), once the next test is not this directory's: a test
+    # elsewhere that starts a session of its own (tests/sim/test_faultsim_spark.py) would be handed
+    # this one by getOrCreate. A later test of this directory on the same worker starts it again.
+    if nextitem is None or nextitem.path.parent != HERE:
+        _SESSIONS.close()
 
 
 @pytest.fixture(scope="module")
