@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from qjm.testing.exhaustive import double_failure_sweep, explore, small_worlds
@@ -24,13 +26,14 @@ WORLDS = {w.name: w for w in small_worlds()}
 
 
 # CPU-bound, one parametrized case per world so that the suite's xdist workers share the worlds:
-# 20-40 s each on one CPU of an idle machine, twice that with both CPUs busy elsewhere. The bound
-# is on a hang; each world's own search limit is explore's time_limit.
+# 30-65 s each on one CPU of an idle machine, several times that on a loaded one. No time limit
+# of explore's own: whether a search completes must not depend on how busy the machine is (a
+# search is deterministic); the pytest timeout bounds a hang.
 @pytest.mark.timeout(1200)
 @pytest.mark.parametrize("name", list(WORLDS))
 def test_small_worlds_are_searched_completely_without_violations(name: str) -> None:
     w = WORLDS[name]
-    e = explore(w, time_limit=240)
+    e = explore(w, time_limit=math.inf)
     assert e.ok, f"{w.name}: {e.violations[0][1].violation}\n" + "\n".join(e.violations[0][1].trace[-25:])
     assert e.complete, f"{w.name}: the bounded search did not finish ({e.states} states, {e.seconds:.0f}s)"
     assert e.states > 1000
