@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,8 +30,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # checks that they arrive). An explicit group is kept.
     for it in items:
         if it.get_closest_marker("xdist_group") is None and it.path.parent == HERE:
-            own = getattr(getattr(it, "module", None), "SPARK_MASTER", None) is not None
-            it.add_marker(pytest.mark.xdist_group(f"spark-{it.path.stem}" if own else "spark"))
+            # one group a master (a name without "[]": xdist's group parsing stops at a "]")
+            it.add_marker(pytest.mark.xdist_group("spark-" + re.sub(r"\W", "-", _master(it.module))))
+
+
+def _master(module: Any) -> str:
+    return getattr(module, "SPARK_MASTER", "local[2]")
 
 
 def _session(master: str, tmp: Path) -> Any:
@@ -85,7 +90,7 @@ _SESSIONS = _Sessions()
 
 @pytest.fixture(scope="module")
 def spark(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    s = _SESSIONS.get(getattr(request.module, "SPARK_MASTER", "local[2]"), tmp_path_factory)
+    s = _SESSIONS.get(_master(request.module), tmp_path_factory)
     try:
         yield s
     finally:
