@@ -17,7 +17,11 @@ SRC := $(wildcard src/qjm tests bench examples setup.py)
 demo: install-core
 	$(PY) -m qjm demo
 
-test: install lint typecheck test-native test-py bench-smoke wheel-smoke
+# The last three share the CPUs: each leaves much of them idle (the pure pass waits on its nodes,
+# the bench smoke on its peers, the wheel on pip and a few compilers), and -O prints each one's
+# output whole when it ends.
+test: install lint typecheck test-native
+	$(MAKE) --no-print-directory -j3 -O test-py bench-smoke wheel-smoke
 
 system-deps-build:
 	./scripts/install-system-deps.sh build
