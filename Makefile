@@ -74,11 +74,14 @@ typecheck:
 	$(PY) -m mypy
 	$(PY) -m mypy.stubtest --mypy-config-file pyproject.toml qjm._native.framing_c qjm._native.segment_io_c qjm._native.gate_c qjm._native.fanout_c
 
-# pytest on one worker per CPU and one more (pytest-xdist): much of the suite waits on processes
-# (nodes, JVMs), and the fault searches on the simulator, spread through the run (tests/conftest.py),
-# fill the CPU time that leaves; the long searches are parametrized in chunks the workers share.
-# loadgroup keeps the Spark tests on one worker, with one session (tests/spark/conftest.py).
-XDIST ?= -n $(shell expr $$(nproc) + 1) --dist loadgroup
+# pytest on one worker per CPU (pytest-xdist): much of the suite waits on processes (nodes, JVMs),
+# and the fault searches on the simulator, spread through the run (tests/conftest.py), fill the CPU
+# time that leaves; the long searches are parametrized in chunks the workers share. A worker more
+# than the CPUs saves about a minute on an idle machine and costs more than that on a loaded one,
+# where Spark's fixed 10 s for a Python worker to start is the first thing to give
+# (docs/performance.md). loadgroup keeps the Spark tests on one worker, with one session
+# (tests/spark/conftest.py).
+XDIST ?= -n logical --dist loadgroup
 test-native:
 	QJM_REQUIRE_NATIVE=1 $(PYTEST) -q $(XDIST)
 
