@@ -40,6 +40,9 @@ OPTIONAL_LIBS: dict[str, list[tuple[str, str]]] = {
 
 INCLUDE_DIRS = ["include", "src/qjm/_native"]
 COMPILE_ARGS = ["-O2", "-Wall"]
+# Cython and the C compiler work one module per CPU: each module takes seconds, and every install
+# and wheel builds them all.
+BUILD_JOBS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 CYTHON_DIRECTIVES = {
     "language_level": 3,
     "boundscheck": False,
@@ -196,14 +199,8 @@ def extensions() -> list[Extension]:
         compiler_directives=CYTHON_DIRECTIVES,
         include_path=["src"],
         build_dir="build/cython",
-        nthreads=build_jobs(),
+        nthreads=BUILD_JOBS,
     )
-
-
-def build_jobs() -> int:
-    """Cython and the C compiler work one module per CPU: each module takes seconds, and every
-    install and wheel builds them all."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def check_setuptools() -> None:
@@ -222,4 +219,4 @@ def check_setuptools() -> None:
 
 check_setuptools()
 # `build_ext -j N` on the command line still wins over this default.
-setup(ext_modules=extensions(), options={"build_ext": {"parallel": build_jobs()}})
+setup(ext_modules=extensions(), options={"build_ext": {"parallel": BUILD_JOBS}})
