@@ -13,6 +13,8 @@ from qjm.testing.faultsim import run_faultsim
 pytestmark = [pytest.mark.sim, pytest.mark.spark]
 
 
+# In the Spark tests' xdist group (tests/spark/conftest.py): on their worker, in the JVM they use.
+@pytest.mark.xdist_group("spark")
 def test_faultsim_on_spark_local2_runs_every_seed_without_violations() -> None:
     out = io.StringIO()
     rep = run_faultsim(range(2000), master="local[2]", use_spark=True, batch=1000, out=out)

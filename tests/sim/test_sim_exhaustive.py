@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from qjm.testing.exhaustive import double_failure_sweep, explore, small_worlds
+from qjm.testing.exhaustive import ExploreChooser, double_failure_sweep, explore, small_worlds
 
 pytestmark = pytest.mark.sim
 
@@ -37,3 +37,19 @@ def test_small_worlds_are_searched_completely_without_violations(name: str) -> N
     assert e.ok, f"{w.name}: {e.violations[0][1].violation}\n" + "\n".join(e.violations[0][1].trace[-25:])
     assert e.complete, f"{w.name}: the bounded search did not finish ({e.states} states, {e.seconds:.0f}s)"
     assert e.states > 1000
+
+
+def test_a_state_is_pruned_only_when_reached_before_with_as_much_left() -> None:
+    seen: dict[bytes, list[tuple[int, int]]] = {}
+
+    def visit(budget: int, delays: int) -> bool:
+        return ExploreChooser([], seen, budget, frozenset(), delays).at_state(lambda: ("the same state",))
+
+    assert visit(1, 1)  # new
+    assert not visit(1, 1) and not visit(0, 1) and not visit(1, 0) and not visit(0, 0)
+    assert visit(2, 0) and visit(0, 2)  # more faults, or more delays, left than any visit had
+    assert not visit(2, 0) and not visit(0, 2) and not visit(1, 1)
+    assert visit(2, 1)  # beyond every visit so far: it replaces the ones it covers
+    assert list(seen.values()) == [[(0, 2), (2, 1)]]
+    assert not visit(2, 1) and not visit(1, 1) and not visit(0, 2)
+    assert visit(0, 3)

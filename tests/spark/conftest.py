@@ -1,17 +1,18 @@
 """One real SparkSession for the directory's tests (local[2], loopback only) and real JournalNodes.
 
 A module may set ``SPARK_MASTER`` (e.g. ``"local[2,2]"`` to let Spark retry a failed task once):
-the session is restarted with that master for it. Under xdist (``make test``) the modules that
-share a master form one group that runs on one worker, so that they start one session (a JVM, about
-25 s of CPU with its first query) rather than one on every worker their tests would be spread over.
-Each module still has its own cluster, and the streams a module started are stopped after it.
+the session is restarted with that master for it, in the same JVM (a stopped SparkContext leaves
+PySpark's gateway running: a new context takes about 1 s, the JVM's start with its first query
+about 20 s and 25 s of CPU). Under xdist (``make test``) every Spark test of the suite is in one
+group (``SPARK_GROUP``, also ``tests/sim/test_faultsim_spark.py``'s), which runs on one worker, so
+that the run starts one JVM rather than one on each worker the tests would be spread over. Each
+module still has its own cluster, and the streams a module started are stopped after it.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
-import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ import pytest
 from qjm.testing.minicluster import MiniJournalCluster
 
 HERE = Path(__file__).resolve().parent
+SPARK_GROUP = "spark"  # a name without "[]": xdist's group parsing stops at a "]"
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -30,8 +32,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # checks that they arrive). An explicit group is kept.
     for it in items:
         if it.get_closest_marker("xdist_group") is None and it.path.parent == HERE:
-            # one group a master (a name without "[]": xdist's group parsing stops at a "]")
-            it.add_marker(pytest.mark.xdist_group("spark-" + re.sub(r"\W", "-", _master(it.module))))
+            it.add_marker(pytest.mark.xdist_group(SPARK_GROUP))
 
 
 def _master(module: Any) -> str:

@@ -8,10 +8,11 @@
 * ``explore`` walks every execution of a small world (3 nodes, 2-3 writers with fixed plans, at
   most 2 segments and 3 txids, a bounded number of faults): every delivery order, every place a
   fault can strike. It is a stateless search (each execution is replayed from its choice prefix,
-  as in VeriSoft/CHESS), depth first, with state caching: a state already reached with the same
-  remaining fault budget is not explored again. The state hash covers every node's storage and
-  in-memory Journal state, every channel's queued calls and logger state, every writer's program
-  position and pending quorum call, and what the checker remembers.
+  as in VeriSoft/CHESS), depth first, with state caching: a state already reached with at least
+  the remaining fault budget and delays is not explored again (with less of either, an execution
+  from it can only make a subset of the choices the earlier one could). The state hash covers every
+  node's storage and in-memory Journal state, every channel's queued calls and logger state, every
+  writer's program position and pending quorum call, and what the checker remembers.
 """
 
 from __future__ import annotations
@@ -126,14 +127,20 @@ class ExploreChooser(Chooser):
     first channel with something queued); taking any other option spends one of ``delays``.
     Faults are choice points only while ``budget`` lasts, and only for the enabled kinds. So the
     tree holds every execution with at most ``delays`` deviations and ``budget`` faults, and the
-    search over it is complete. ``path`` records (choice, options).
+    search over it is complete. ``path`` records (choice, options). ``seen`` maps each state's
+    hash to the (budget, delays) left at the visits that count: none of them has both of another's.
     """
 
     BRANCHING_INTS = ("torn_tail", "unsent")
     SCHEDULING = ("action", "which_node", "which_channel", "which_cut", "drain")
 
     def __init__(
-        self, prefix: Sequence[int], seen: set[bytes], budget: int, kinds: frozenset[str], delays: int = 1_000_000
+        self,
+        prefix: Sequence[int],
+        seen: dict[bytes, list[tuple[int, int]]],
+        budget: int,
+        kinds: frozenset[str],
+        delays: int = 1_000_000,
     ) -> None:
         self.prefix = list(prefix)
         self.seen = seen
@@ -175,10 +182,12 @@ class ExploreChooser(Chooser):
     def at_state(self, key: Callable[[], object]) -> bool:
         if len(self.path) < len(self.prefix):
             return True  # replaying: these states were reached (and registered) by an earlier run
-        h = hashlib.blake2b(pickle.dumps((key(), self.budget, self.delays), protocol=5), digest_size=16).digest()
-        if h in self.seen:
-            return False
-        self.seen.add(h)
+        h = hashlib.blake2b(pickle.dumps(key(), protocol=5), digest_size=16).digest()
+        left = (self.budget, self.delays)
+        visits = self.seen.get(h, [])
+        if any(b >= left[0] and d >= left[1] for b, d in visits):
+            return False  # every execution from here was open to that visit too
+        self.seen[h] = [(b, d) for b, d in visits if b > left[0] or d > left[1]] + [left]
         self.new_states += 1
         return True
 
@@ -296,9 +305,9 @@ def explore(
     with the correct protocol pass: it is then the switch's doing, not another bug's.
     """
     t0 = time.perf_counter()
-    seen: set[bytes] = set()
+    seen: dict[bytes, list[tuple[int, int]]] = {}
     prefix: list[int] = []
-    runs = pruned = 0
+    runs = pruned = states = 0
     violations: list[tuple[list[int], SimResult]] = []
     complete = False
     workload = Workload(
@@ -317,12 +326,13 @@ def explore(
         res = sim.run()
         runs += 1
         pruned += res.pruned
+        states += ch.new_states
         choices = [c for c, _ in ch.path]
         if res.harness_failure:  # a stuck execution: its stack is the report, and the search ends
             violations.append(([c for c, _ in ch.path], res))
             break
         if not res.ok and differential:
-            base = ExploreChooser(choices, set(), world.budget, frozenset(kinds), world.delays)
+            base = ExploreChooser(choices, {}, world.budget, frozenset(kinds), world.delays)
             clean = Simulation(
                 None, steps=100_000, chooser=base, rates=rates, workload=workload, keep_trace=False,
                 check_durable_ack=check_durable_ack, deadline=deadline,
@@ -331,7 +341,7 @@ def explore(
                 res = clean  # the same invariant breaks without the switch: not its doing, keep searching
                 res.ok = True
         if not res.ok:
-            replay = ExploreChooser(choices, set(), world.budget, frozenset(kinds), world.delays)
+            replay = ExploreChooser(choices, {}, world.budget, frozenset(kinds), world.delays)
             again = Simulation(
                 None, steps=100_000, bugs=bugs, chooser=replay, rates=rates, workload=workload,
                 check_durable_ack=check_durable_ack, deadline=deadline,
@@ -344,7 +354,7 @@ def explore(
             complete = True
             break
         prefix = nxt
-    return ExploreResult(world.name, runs, len(seen), pruned, complete, time.perf_counter() - t0, violations)
+    return ExploreResult(world.name, runs, states, pruned, complete, time.perf_counter() - t0, violations)
 
 
 def _category(violation: str | None) -> str:
