@@ -23,12 +23,13 @@ demo: install-core
 # failing fails the run. Then the last three share the CPUs: each leaves much of them idle (the pure
 # pass waits on its nodes, the bench smoke on its peers, the wheel's smoke on pip), and -O prints
 # each one's output whole when it ends.
-BESIDE_LOG := build/beside-native-pass.log
+# The log is a file of its own for each run: `make -n test` runs this line too (it holds $(MAKE)),
+# and two of those at once must not print each other's commands.
 test: install lint
-	@mkdir -p build
-	@nice -n 10 $(MAKE) --no-print-directory -j2 -O typecheck wheel > $(BESIDE_LOG) 2>&1 & beside=$$!; \
+	@log=$$(mktemp); \
+		nice -n 10 $(MAKE) --no-print-directory -j2 -O typecheck wheel > $$log 2>&1 & beside=$$!; \
 		$(MAKE) --no-print-directory test-native; native=$$?; \
-		wait $$beside; built=$$?; cat $(BESIDE_LOG); \
+		wait $$beside; built=$$?; cat $$log; rm -f $$log; \
 		[ $$built -eq 0 ] || echo "make test: mypy or the wheel's build failed (above)" >&2; \
 		[ $$native -eq 0 ] && [ $$built -eq 0 ]
 	$(MAKE) --no-print-directory -j3 -O test-py bench-smoke smoke-built-wheel

@@ -128,7 +128,8 @@ class ExploreChooser(Chooser):
     Faults are choice points only while ``budget`` lasts, and only for the enabled kinds. So the
     tree holds every execution with at most ``delays`` deviations and ``budget`` faults, and the
     search over it is complete. ``path`` records (choice, options). ``seen`` maps each state's
-    hash to the (budget, delays) left at the visits that count: none of them has both of another's.
+    hash to the (budget, delays) left at the visits that count: no one of them has at least the
+    budget and the delays of another (that other would add no execution).
     """
 
     BRANCHING_INTS = ("torn_tail", "unsent")
