@@ -40,6 +40,7 @@ def prior_segment(c: MiniJournalCluster, plan: FaultPlan | None = None) -> Scrip
     w.write(1, 100)
     w.finalize(1, 100)
     w.start(101)
+    w.settle()  # segment 101 started on all three before a scenario's faults
     return w
 
 

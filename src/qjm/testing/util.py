@@ -139,6 +139,13 @@ class ScriptedWriter:
     def finalize(self, start: int, end: int) -> None:
         self.qjm.finalize_log_segment(start, end)
 
+    def settle(self, timeout: float = SETTLE_TIMEOUT) -> None:
+        """Wait until every node has run the control calls queued to it so far (each node's calls
+        run in order, so one more answered by all three says so). A step waits for a majority only:
+        without this, a fault a scenario adds next can strike a call still queued to the slowest
+        node rather than the next one it means."""
+        self.qjm.loggers.call(lambda lg: lg.get_journal_state()).wait_for_all(timeout, "get_journal_state (settle)")
+
     def close(self, grace: float = SETTLE_TIMEOUT) -> None:
         """Release the nodes, first letting calls already queued to live nodes finish (bounded):
         a scenario then reads every node's files, not only a majority's."""
