@@ -19,7 +19,8 @@ from qjm.errors import NodeUnavailableError, StorageError
 from qjm.protocol import qjournal_pb2 as pb
 from qjm.protocol.rpcmeta import ERROR_CODE_KEY, GRPC_OPTIONS, make_stub, rpc_code
 from qjm.server.node import JournalNode
-from qjm.testing.minicluster import MiniJournalCluster, free_port
+from qjm.testing.minicluster import MiniJournalCluster
+from qjm.testing.ports import free_port
 from qjm.testing.util import ScriptedWriter, eventually, txn_data
 
 

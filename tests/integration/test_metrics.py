@@ -23,7 +23,8 @@ from qjm.protocol.messages import NamespaceInfo
 from qjm.server.journal import Journal
 from qjm.server.storage import DiskStorage
 from qjm.testing import prometheus
-from qjm.testing.minicluster import READY_TIMEOUT, MiniJournalCluster, free_port
+from qjm.testing.minicluster import READY_TIMEOUT, MiniJournalCluster
+from qjm.testing.ports import free_port
 from qjm.testing.prometheus import PrometheusServer, scrape
 from qjm.testing.util import eventually, txn_data, wait_for_every_node
 

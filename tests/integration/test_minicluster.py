@@ -3,13 +3,19 @@ not a failed test (CI saw exactly that once)."""
 
 from __future__ import annotations
 
+import os
+import random
+import signal
 import socket
+import subprocess
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 import qjm
-from qjm.testing import minicluster
+from qjm.testing import minicluster, ports
 from qjm.testing.minicluster import MiniJournalCluster
 
 
@@ -38,3 +44,42 @@ def test_a_port_taken_before_the_first_start_is_replaced(
 def test_free_port_never_hands_out_a_port_twice() -> None:
     ports = [minicluster.free_port() for _ in range(300)]
     assert len(set(ports)) == len(ports)
+
+
+def test_free_port_skips_ports_another_live_process_claimed_and_takes_over_a_dead_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A node down for a restart binds nothing, so only the claim keeps a second pytest worker from
+    handing its port to a cluster of its own (a loaded CI run saw that happen)."""
+    claim = "import sys; from qjm.testing.ports import free_port; print(*(free_port() for _ in range(3)), flush=True)"
+    killed = subprocess.Popen(
+        [sys.executable, "-c", claim + "; sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    exited = subprocess.run([sys.executable, "-c", claim], stdout=subprocess.PIPE, check=True)
+    assert killed.stdout is not None
+    theirs = [int(p) for p in killed.stdout.readline().split()]
+    released = [int(p) for p in exited.stdout.split()]
+    assert len(theirs) == 3 and len(released) == 3
+    real = random.Random()
+    offered: list[int] = []
+
+    def offer(*first: int) -> None:
+        order = list(first)
+
+        def randrange(lo: int, hi: int) -> int:
+            offered.append(order.pop(0) if order else real.randrange(lo, hi))
+            return offered[-1]
+
+        monkeypatch.setattr(ports, "random", SimpleNamespace(Random=lambda: SimpleNamespace(randrange=randrange)))
+
+    try:
+        offer(*theirs)
+        mine = ports.free_port()
+        assert mine not in theirs and offered[:3] == theirs  # each was offered and refused
+    finally:
+        killed.send_signal(signal.SIGKILL)  # no exit handler: its claims stay behind, a dead process's
+        killed.wait()
+    offer(theirs[0], released[0])
+    assert ports.free_port() == theirs[0]
+    assert ports.free_port() == released[0]
+    assert all(not os.path.exists(os.path.join(ports.CLAIMS_DIR, str(p))) for p in released[1:])

@@ -217,7 +217,7 @@ def test_probing_many_journals_cannot_exhaust_a_nodes_descriptors(tmp_path) -> N
     """A node process limited to 256 descriptors: 1,100 read-only probes and 60 formatted journals
     (past the open-journal bound it derives from the limit) leave the real journal's roll and a new
     writer's start working, and create no directory for the probes."""
-    from qjm.testing.minicluster import free_port
+    from qjm.testing.ports import free_port
 
     rpc, data = free_port(), free_port()
     data_dir = tmp_path / "jn"

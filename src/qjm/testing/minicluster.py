@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import errno
 import os
-import random
 import selectors
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,42 +24,9 @@ from qjm.server.node import JournalNode
 from qjm.testing.certs import Pki
 from qjm.testing.faults import ServerFaults
 from qjm.testing.http_client import HttpsClient, http_get
+from qjm.testing.ports import free_port
 
 READY_TIMEOUT = 120.0  # a node process imports gRPC first: seconds each on a loaded 2-core machine
-
-
-def _ephemeral_range() -> tuple[int, int]:
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            lo, hi = f.read().split()
-        return int(lo), int(hi)
-    except (OSError, ValueError):
-        return 32768, 60999
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A free port *below* the kernel's ephemeral range.
-
-    A stopped node's port must stay free until it restarts; one inside the ephemeral range could
-    meanwhile be taken as the local port of some outgoing connection.
-    """
-    lo, _hi = _ephemeral_range()
-    rng = random.Random()
-    for _ in range(200):
-        port = rng.randrange(max(1024, lo - 20000), lo)
-        if port in _handed_out:
-            continue  # free now, but promised to a node of this process that is not running yet
-        with socket.socket() as s:
-            try:
-                s.bind((host, port))
-            except OSError:
-                continue
-        _handed_out.add(port)
-        return port
-    raise OSError(f"no free port found below {lo}")
-
-
-_handed_out: set[int] = set()
 START_ATTEMPTS = 3  # a first start that fails (another process took a probed port) gets fresh ports
 
 

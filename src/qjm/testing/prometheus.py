@@ -26,7 +26,8 @@ from types import TracebackType
 from prometheus_client.parser import text_string_to_metric_families
 
 from qjm.testing.http_client import HttpsClient, http_get
-from qjm.testing.minicluster import READY_TIMEOUT, free_port
+from qjm.testing.minicluster import READY_TIMEOUT
+from qjm.testing.ports import free_port
 from qjm.testing.processes import stop_process
 
 BINARY = "prometheus"
