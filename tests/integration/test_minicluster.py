@@ -1,5 +1,6 @@
 """The test cluster itself: a port taken by another process between probe and bind costs a retry,
-not a failed test (CI saw exactly that once)."""
+not a failed test, and a port handed out stays out of other processes' reach while its claimant
+lives."""
 
 from __future__ import annotations
 
@@ -42,15 +43,15 @@ def test_a_port_taken_before_the_first_start_is_replaced(
 
 
 def test_free_port_never_hands_out_a_port_twice() -> None:
-    ports = [minicluster.free_port() for _ in range(300)]
-    assert len(set(ports)) == len(ports)
+    handed = [ports.free_port() for _ in range(300)]
+    assert len(set(handed)) == len(handed)
 
 
 def test_free_port_skips_ports_another_live_process_claimed_and_takes_over_a_dead_ones(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A node down for a restart binds nothing, so only the claim keeps a second pytest worker from
-    handing its port to a cluster of its own (a loaded CI run saw that happen)."""
+    handing its port to a cluster of its own."""
     claim = "import sys; from qjm.testing.ports import free_port; print(*(free_port() for _ in range(3)), flush=True)"
     killed = subprocess.Popen(
         [sys.executable, "-c", claim + "; sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
